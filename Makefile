@@ -1,0 +1,34 @@
+# Set-up on a fresh machine: both targets create .venv and install everything.
+# torch is installed first as the CPU build (2.13.0); norse goes in with --no-deps
+# because it declares torchvision, which would pull a CUDA build of torch.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench lint clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[dev,snntorch]"
+	$(PIP) install -q --no-deps norse==1.1.0
+	$(PY) -c "import torch, nir, norse, snntorch, nirtorch; assert torch.version.cuda is None, 'CUDA torch installed'"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m nirbridge.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_interpret.py
+
+lint: $(STAMP)
+	$(PY) -m ruff check nirbridge tests benchmarks
+	$(PY) -m ruff format --check nirbridge tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info

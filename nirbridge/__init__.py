@@ -1,0 +1,48 @@
+"""nirbridge: move spiking neural networks between PyTorch and NIR.
+
+``nir_to_torch`` turns a ``nir.NIRGraph`` (or a ``.nir`` file) into a stateful
+``torch.fx.GraphModule``; ``read`` and ``write`` handle ``.nir`` files. The time-step
+semantics are documented in :mod:`nirbridge.neurons.functional` and
+:mod:`nirbridge.graph`; the state layout in :mod:`nirbridge.state`.
+"""
+
+from . import neurons as neurons
+from .errors import GraphStructureError as GraphStructureError
+from .errors import LossyConversionWarning as LossyConversionWarning
+from .errors import MissingNodeError as MissingNodeError
+from .errors import NirBridgeError as NirBridgeError
+from .errors import NirBridgeWarning as NirBridgeWarning
+from .errors import NirFileError as NirFileError
+from .errors import NodeConversionError as NodeConversionError
+from .errors import ParameterError as ParameterError
+from .errors import RepairWarning as RepairWarning
+from .errors import ShapeMismatchError as ShapeMismatchError
+from .errors import UnsupportedNodeError as UnsupportedNodeError
+from .interpret import DEFAULT_MAP as DEFAULT_MAP
+from .interpret import nir_to_torch as nir_to_torch
+from .io import read as read
+from .io import write as write
+from .state import StateError as StateError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_MAP",
+    "GraphStructureError",
+    "LossyConversionWarning",
+    "MissingNodeError",
+    "NirBridgeError",
+    "NirBridgeWarning",
+    "NirFileError",
+    "NodeConversionError",
+    "ParameterError",
+    "RepairWarning",
+    "ShapeMismatchError",
+    "StateError",
+    "UnsupportedNodeError",
+    "__version__",
+    "neurons",
+    "nir_to_torch",
+    "read",
+    "write",
+]

@@ -1,0 +1,88 @@
+"""Errors and warnings raised by nirbridge.
+
+Every error raised on bad input is a :class:`NirBridgeError`. Each subclass names the
+node, edge, file or parameter at fault and says what to do about it, so a message can
+be acted on without reading nirbridge's source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class NirBridgeError(Exception):
+    """Base class of every error nirbridge raises on bad input."""
+
+
+class GraphStructureError(NirBridgeError):
+    """The graph's wiring is unusable: a missing node, no Input, a bad name."""
+
+
+class MissingNodeError(GraphStructureError):
+    """An edge names a node that does not exist in its graph."""
+
+    def __init__(self, edge: tuple[str, str], missing: str, graph_path: str = "") -> None:
+        where = f" in subgraph '{graph_path}'" if graph_path else ""
+        super().__init__(
+            f"edge {edge[0]!r} -> {edge[1]!r}{where} names node {missing!r}, which is not "
+            f"in the graph. Add a node called {missing!r} or correct the edge."
+        )
+        self.edge = edge
+        self.missing = missing
+        self.graph_path = graph_path
+
+
+class UnsupportedNodeError(NirBridgeError):
+    """One or more node types have no entry in the node map."""
+
+    def __init__(self, offenders: dict[str, list[str]], supported: Iterable[str]) -> None:
+        lines = [
+            f"  {type_name}: {', '.join(repr(n) for n in names)}"
+            for type_name, names in sorted(offenders.items())
+        ]
+        first = sorted(offenders)[0]
+        super().__init__(
+            "no converter for these node types (type: nodes):\n"
+            + "\n".join(lines)
+            + f"\nSupported types: {', '.join(sorted(supported)) or 'none'}."
+            + f"\nFix: pass node_map={{nir.{first}: fn}} where fn(node) returns a torch.nn.Module."
+        )
+        self.offenders = offenders
+
+
+class NodeConversionError(NirBridgeError):
+    """A converter failed on a node; the original exception is chained."""
+
+    def __init__(self, node_name: str, node_type: str, cause: BaseException) -> None:
+        super().__init__(
+            f"while converting node {node_name!r} ({node_type}): {type(cause).__name__}: {cause}"
+        )
+        self.node_name = node_name
+        self.node_type = node_type
+
+
+class ShapeMismatchError(NirBridgeError):
+    """A node's parameters do not fit the shape of what flows into it."""
+
+
+class ParameterError(NirBridgeError):
+    """A parameter value is unusable (wrong shape, wrong kind, out of range)."""
+
+
+class NirFileError(NirBridgeError):
+    """A .nir file cannot be read or written."""
+
+
+class NirBridgeWarning(UserWarning):
+    """Base class of nirbridge's warnings."""
+
+
+class LossyConversionWarning(NirBridgeWarning):
+    """A conversion could not be exact; the message names what is lost."""
+
+
+class RepairWarning(NirBridgeWarning):
+    """Input that did not fit the NIR specification was accepted after a repair.
+
+    The message names the node, what did not fit and what nirbridge did instead.
+    """

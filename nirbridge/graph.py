@@ -1,0 +1,501 @@
+"""Torch-free graph utilities: structure checks, evaluation order, delayed edges, shapes.
+
+Everything here works on ``nir.NIRGraph`` objects and numpy only, and costs time
+linear in the number of nodes and edges.
+
+Evaluation order (DESIGN.md): a depth-first search starts from the Input nodes, in the
+order they appear in ``graph.nodes``, and visits successors in the order their edges
+appear in ``graph.edges``. An edge that reaches a node still on the search stack closes
+a cycle; it is *delayed*: it carries its source's output from the previous time step
+(zero at the first step). Self-loops are delayed. Nodes are evaluated in reverse
+post-order of that search, a topological order of the graph without delayed edges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import nir
+import numpy as np
+
+from .errors import GraphStructureError, MissingNodeError, RepairWarning, ShapeMismatchError
+
+Shape = tuple[int, ...]
+
+__all__ = [
+    "Plan",
+    "check_structure",
+    "evaluation_order",
+    "Shapes",
+    "infer_shapes",
+    "plan",
+]
+
+
+def _where(path: str) -> str:
+    return f" in subgraph '{path}'" if path else ""
+
+
+def check_structure(graph: nir.NIRGraph, path: str = "") -> None:
+    """Check that every edge names existing nodes and that the graph has an Input.
+
+    Recurses into nested graphs. ``path`` is the dotted name of ``graph`` inside its
+    parent, used in messages. Raises :class:`MissingNodeError` or
+    :class:`GraphStructureError`.
+    """
+    nodes = graph.nodes
+    if not isinstance(nodes, Mapping):
+        raise GraphStructureError(
+            f"graph{_where(path)} has nodes of type {type(nodes).__name__}; "
+            "NIRGraph.nodes must be a dict mapping names to NIR nodes"
+        )
+    for edge in graph.edges:
+        if len(edge) != 2:
+            raise GraphStructureError(f"edge {edge!r}{_where(path)} is not a (source, target) pair")
+        src, dst = edge
+        for end in (src, dst):
+            if end not in nodes:
+                raise MissingNodeError((src, dst), end, path)
+        if isinstance(nodes[dst], nir.Input):
+            raise GraphStructureError(
+                f"edge {src!r} -> {dst!r}{_where(path)} feeds Input node {dst!r}; Input nodes "
+                "take data from the caller only. Remove the edge or point it elsewhere."
+            )
+    if not any(isinstance(n, nir.Input) for n in nodes.values()):
+        raise GraphStructureError(
+            f"graph{_where(path)} has no Input node, so nothing can drive it. "
+            "Add a nir.Input node and an edge from it to the first layer."
+        )
+    for name, node in nodes.items():
+        sub_path = f"{path}.{name}" if path else name
+        if isinstance(node, nir.NIRGraph):
+            check_structure(node, sub_path)
+        for segment in name.split("."):
+            if not segment:
+                raise GraphStructureError(
+                    f"node name {sub_path!r} has an empty segment between dots; "
+                    "rename the node so that every dotted part is non-empty"
+                )
+
+
+def evaluation_order(
+    names: Sequence[str], edges: Sequence[tuple[str, str]], roots: Sequence[str]
+) -> tuple[list[str], set[int], list[str]]:
+    """Order nodes for one time step and find the delayed edges.
+
+    Args:
+        names: all node names, in graph order.
+        edges: (source, target) pairs, in graph order.
+        roots: the names the search starts from (the Input nodes), in graph order.
+
+    Returns:
+        ``(order, delayed, unreached)``: the evaluation order of the reached nodes, the
+        indices into ``edges`` of delayed edges, and the names never reached from a root.
+    """
+    successors: dict[str, list[tuple[str, int]]] = {n: [] for n in names}
+    for index, (src, dst) in enumerate(edges):
+        successors[src].append((dst, index))
+    state: dict[str, int] = {}  # 1: on the search stack, 2: finished
+    postorder: list[str] = []
+    delayed: set[int] = set()
+    for root in roots:
+        if root in state:
+            continue
+        state[root] = 1
+        stack: list[tuple[str, int]] = [(root, 0)]
+        while stack:
+            node, cursor = stack[-1]
+            outgoing = successors[node]
+            if cursor < len(outgoing):
+                stack[-1] = (node, cursor + 1)
+                target, index = outgoing[cursor]
+                seen = state.get(target)
+                if seen is None:
+                    state[target] = 1
+                    stack.append((target, 0))
+                elif seen == 1:
+                    delayed.add(index)
+            else:
+                stack.pop()
+                state[node] = 2
+                postorder.append(node)
+    postorder.reverse()
+    unreached = [n for n in names if n not in state]
+    return postorder, delayed, unreached
+
+
+@dataclasses.dataclass
+class Plan:
+    """How one graph level is evaluated: order, incoming edges and delayed sources."""
+
+    order: list[str]
+    incoming: dict[str, list[tuple[str, bool]]]  # target -> [(source, delayed)]
+    delayed_sources: list[str]  # sources whose previous output is kept, in order
+    inputs: list[str]
+    outputs: list[str]
+
+
+def plan(graph: nir.NIRGraph, path: str = "") -> Plan:
+    """Check ``graph``'s structure and compute its evaluation plan (see module docs)."""
+    check_structure(graph, path)
+    names = list(graph.nodes)
+    edges = [(str(a), str(b)) for a, b in graph.edges]
+    inputs = [n for n in names if isinstance(graph.nodes[n], nir.Input)]
+    outputs = [n for n in names if isinstance(graph.nodes[n], nir.Output)]
+    order, delayed, unreached = evaluation_order(names, edges, inputs)
+    if unreached:
+        raise GraphStructureError(
+            f"nodes {unreached}{_where(path)} cannot be reached from any Input node, so "
+            "nothing drives them. Add edges from the Input to them, or remove them."
+        )
+    incoming: dict[str, list[tuple[str, bool]]] = {n: [] for n in names}
+    delayed_sources: list[str] = []
+    for index, (src, dst) in enumerate(edges):
+        is_delayed = index in delayed
+        incoming[dst].append((src, is_delayed))
+        if is_delayed and src not in delayed_sources:
+            delayed_sources.append(src)
+    for name in names:
+        node = graph.nodes[name]
+        if not isinstance(node, nir.Input) and not incoming[name]:
+            raise GraphStructureError(
+                f"node {name!r}{_where(path)} has no incoming edge. Connect it or remove it."
+            )
+    return Plan(order, incoming, delayed_sources, inputs, outputs)
+
+
+# ----------------------------------------------------------------------------- shapes
+
+
+def _shape(value: Any) -> Shape | None:
+    if value is None:
+        return None
+    array = np.asarray(value)
+    if array.dtype == object or array.ndim > 1:
+        return None
+    return tuple(int(v) for v in array.reshape(-1))
+
+
+def _pair(value: Any, name: str, node_name: str) -> tuple[int, int]:
+    array = np.asarray(value).reshape(-1)
+    if array.size == 1:
+        return int(array[0]), int(array[0])
+    if array.size == 2:
+        return int(array[0]), int(array[1])
+    raise ShapeMismatchError(f"node {node_name!r}: {name} must be one or two integers, got {value!r}")
+
+
+def node_shape(node: Any) -> Shape | None:
+    """The shape of a node's state or parameters, when its parameters fix one."""
+    for field in ("v_threshold", "tau", "tau_mem", "r", "v_leak", "delay", "threshold", "scale"):
+        value = getattr(node, field, None)
+        if value is not None:
+            return tuple(np.shape(value))
+    return None
+
+
+def _conv_out(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
+    return math.floor((size + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1)
+
+
+def _check_broadcast(name: str, a: Shape, b: Shape, what: str) -> Shape:
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        raise ShapeMismatchError(
+            f"node {name!r}: its {what} have shape {b} but its input has shape {a}. "
+            "Make the parameters match the input shape (batch axis excluded)."
+        ) from None
+
+
+def _affine_shape(label: str, node: Any, shape: Shape) -> tuple[Shape, Any]:
+    weight = np.asarray(node.weight)
+    kind = type(node).__name__
+    if weight.ndim != 2:
+        raise ShapeMismatchError(
+            f"node {label!r} ({kind}): weight must be 2-D (out, in), got shape {weight.shape}"
+        )
+    out_features, in_features = weight.shape
+    if shape and shape[-1] == in_features:
+        return (*shape[:-1], out_features), None
+    bias = getattr(node, "bias", None)
+    if (
+        shape
+        and shape[-1] == out_features
+        and in_features != out_features
+        and (bias is None or np.size(bias) in (1, in_features))
+    ):
+        warnings.warn(
+            f"node {label!r} ({kind}): weight has shape {weight.shape} (out, in) but its "
+            f"input has {shape[-1]} features; the weight was stored transposed (as older "
+            f"spyx exports do), so it is used as {weight.T.shape}",
+            RepairWarning,
+            stacklevel=5,
+        )
+        return (*shape[:-1], in_features), _replace(node, weight=np.ascontiguousarray(weight.T))
+    raise ShapeMismatchError(
+        f"node {label!r} ({kind}): weight of shape {weight.shape} expects {in_features} "
+        f"input features but receives shape {shape}. Check the weight (NIR stores it as "
+        "(out, in)) or the edges into this node."
+    )
+
+
+def _replace(node: Any, **changes: Any) -> Any:
+    """A copy of a NIR node with some fields changed (nir nodes are dataclasses)."""
+    kwargs = {
+        f.name: getattr(node, f.name)
+        for f in dataclasses.fields(node)
+        if f.init and f.name not in ("input_type", "output_type")
+    }
+    if isinstance(node, nir.Flatten):
+        kwargs["input_type"] = node.input_type
+    kwargs.update(changes)
+    return type(node)(**kwargs)
+
+
+def _flatten_shape(label: str, node: nir.Flatten, shape: Shape, expected: int | None) -> tuple[Shape, Any]:
+    def flat(start: int, end: int) -> Shape | None:
+        rank = len(shape)
+        s = start + rank if start < 0 else start
+        e = end + rank if end < 0 else end
+        if not (0 <= s < rank and 0 <= e < rank and s <= e):
+            return None
+        return (*shape[:s], int(np.prod(shape[s : e + 1])), *shape[e + 1 :])
+
+    start, end = int(node.start_dim), int(node.end_dim)
+    result = flat(start, end)
+    if expected is not None and start > 0 and (result is None or result[-1] != expected):
+        new_end = end - 1 if end > 0 else end
+        repaired = flat(start - 1, new_end)
+        if repaired is not None and repaired[-1] == expected:
+            warnings.warn(
+                f"node {label!r} (Flatten): start_dim={start} counts the batch axis, but NIR "
+                f"dims exclude it; flattening input {shape} from dim {start - 1} instead so "
+                f"the next layer gets the {expected} features it expects",
+                RepairWarning,
+                stacklevel=5,
+            )
+            return repaired, _replace(node, start_dim=start - 1, end_dim=new_end)
+    if result is None:
+        raise ShapeMismatchError(
+            f"node {label!r} (Flatten): start_dim={start}, end_dim={end} do not fit input "
+            f"shape {shape} (dims count without the batch axis)"
+        )
+    return result, None
+
+
+def _pool_shape(name: str, node: Any, shape: Shape) -> Shape:
+    if len(shape) != 3:
+        raise ShapeMismatchError(
+            f"node {name!r} ({type(node).__name__}): expects input (C, H, W), got {shape}"
+        )
+    kernel = _pair(node.kernel_size, "kernel_size", name)
+    stride = _pair(node.stride if np.size(node.stride) else node.kernel_size, "stride", name)
+    padding = _pair(node.padding if np.size(node.padding) else 0, "padding", name)
+    hw = tuple(_conv_out(shape[1 + i], kernel[i], stride[i], padding[i], 1) for i in range(2))
+    return (shape[0], *hw)
+
+
+def _conv_shape(name: str, node: Any, shape: Shape) -> Shape:
+    weight = np.asarray(node.weight)
+    dims = weight.ndim - 2
+    if len(shape) != dims + 1:
+        raise ShapeMismatchError(
+            f"node {name!r} ({type(node).__name__}): expects input (C, {'L' if dims == 1 else 'H, W'}), "
+            f"got shape {shape}"
+        )
+    groups = int(node.groups)
+    if shape[0] != weight.shape[1] * groups:
+        raise ShapeMismatchError(
+            f"node {name!r} ({type(node).__name__}): weight {weight.shape} with groups={groups} "
+            f"expects {weight.shape[1] * groups} input channels but receives {shape[0]}"
+        )
+
+    def per_dim(value: Any) -> list[int]:
+        array = np.asarray(value).reshape(-1)
+        return [int(array[0])] * dims if array.size == 1 else [int(v) for v in array]
+
+    stride, dilation = per_dim(node.stride), per_dim(node.dilation)
+    padding = node.padding
+    if isinstance(padding, bytes):
+        padding = padding.decode()
+    if isinstance(padding, str):
+        if padding == "same":
+            return (weight.shape[0], *shape[1:])
+        padding = 0
+    pad = per_dim(padding)
+    out = [_conv_out(shape[1 + i], weight.shape[2 + i], stride[i], pad[i], dilation[i]) for i in range(dims)]
+    return (weight.shape[0], *out)
+
+
+def _expected_features(node: Any) -> int | None:
+    if isinstance(node, (nir.Affine, nir.Linear)):
+        weight = np.asarray(node.weight)
+        return int(weight.shape[-1]) if weight.ndim == 2 else None
+    return None
+
+
+@dataclasses.dataclass
+class Shapes:
+    """Result of :func:`infer_shapes` for one graph level (batch axis excluded)."""
+
+    outputs: dict[str, Shape | None]  # each node's output shape, None where unknown
+    inputs: dict[str, Shape | None]  # each node's summed input shape, delayed edges included
+    fixes: dict[str, Any]  # repaired copies of nodes, by name
+    nested: dict[str, Shapes] = dataclasses.field(default_factory=dict)  # subgraph results
+    output: Shape | None = None  # the single Output node's shape, None if several
+
+
+_ELEMENTWISE = (nir.I, nir.IF, nir.LI, nir.LIF, nir.CubaLI, nir.CubaLIF, nir.Threshold, nir.Delay, nir.Scale)
+
+
+def infer_shapes(
+    graph: nir.NIRGraph,
+    the_plan: Plan,
+    input_shapes: Mapping[str, Shape | None] | None = None,
+    path: str = "",
+) -> Shapes:
+    """Propagate shapes (batch axis excluded) through one graph level.
+
+    Shapes are unknown (``None``) after a node of a type nirbridge does not know. Nodes
+    whose stored parameters do not fit but have one unambiguous reading are repaired
+    (a copy, with a :class:`RepairWarning`); otherwise :class:`ShapeMismatchError`
+    names the node.
+    """
+    nodes = graph.nodes
+    result = Shapes({}, {}, {}, {})
+    successors: dict[str, list[str]] = {}
+    for target, sources in the_plan.incoming.items():
+        for source, _ in sources:
+            successors.setdefault(source, []).append(target)
+
+    def summed(name: str, include_delayed: bool) -> Shape | None:
+        total: Shape | None = None
+        for source, is_delayed in the_plan.incoming[name]:
+            if is_delayed and not include_delayed:
+                continue
+            src_shape = result.outputs.get(source)
+            if src_shape is None:
+                return None
+            if total is None:
+                total = src_shape
+                continue
+            try:
+                total = tuple(np.broadcast_shapes(total, src_shape))
+            except ValueError:
+                raise ShapeMismatchError(
+                    f"node {_label(path, name)!r}: inputs that cannot be summed arrive (the "
+                    f"edge from {source!r} brings shape {src_shape}, the others {total}). "
+                    "Fan-in sums its inputs, so their shapes must match."
+                ) from None
+        return total
+
+    for name in the_plan.order:
+        node = nodes[name]
+        if isinstance(node, nir.Input):
+            given = (input_shapes or {}).get(name)
+            result.outputs[name] = given if given is not None else _shape(node.input_type.get("input"))
+            continue
+        shape = summed(name, include_delayed=False)
+        if shape is None:
+            fallback = node_shape(node) if isinstance(node, _ELEMENTWISE) else None
+            result.outputs[name] = fallback
+            continue
+        out, fixed = _node_out_shape(path, name, node, shape, successors.get(name, []), nodes)
+        if isinstance(out, Shapes):
+            result.nested[name] = out
+            out = out.output
+        result.outputs[name] = out
+        if fixed is not None:
+            result.fixes[name] = fixed
+    _transpose_square_weights(nodes, result.fixes, path)
+    for name in the_plan.order:
+        if not isinstance(nodes[name], nir.Input):
+            result.inputs[name] = summed(name, include_delayed=True)
+    if len(the_plan.outputs) == 1:
+        result.output = result.outputs.get(the_plan.outputs[0])
+    return result
+
+
+def _transpose_square_weights(nodes: Mapping[str, Any], fixes: dict[str, Any], path: str) -> None:
+    """Once one weight of a graph level was found stored as (in, out), read the square
+    ones the same way: their shape cannot tell, the exporter's convention can."""
+    transposed = [n for n, f in fixes.items() if isinstance(f, (nir.Affine, nir.Linear))]
+    if not transposed:
+        return
+    square = [
+        n
+        for n, node in nodes.items()
+        if isinstance(node, (nir.Affine, nir.Linear))
+        and n not in fixes
+        and np.ndim(node.weight) == 2
+        and np.shape(node.weight)[0] == np.shape(node.weight)[1]
+    ]
+    for n in square:
+        fixes[n] = _replace(nodes[n], weight=np.ascontiguousarray(np.asarray(nodes[n].weight).T))
+    if square:
+        warnings.warn(
+            f"square weights of {[_label(path, n) for n in square]} are transposed too, since "
+            f"{[_label(path, n) for n in transposed]} show that this graph stores weights as "
+            "(in, out)",
+            RepairWarning,
+            stacklevel=3,
+        )
+
+
+def _label(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _node_out_shape(
+    path: str,
+    name: str,
+    node: Any,
+    shape: Shape,
+    successor_names: list[str],
+    nodes: Mapping[str, Any],
+) -> tuple[Shape | Shapes | None, Any]:
+    label = _label(path, name)
+    if isinstance(node, nir.Output):
+        declared = _shape(node.output_type.get("output"))
+        if declared is not None and declared != shape:
+            warnings.warn(
+                f"Output node {label!r} declares shape {declared} but receives {shape}; "
+                "the data it receives is passed through unchanged",
+                RepairWarning,
+                stacklevel=4,
+            )
+        return shape, None
+    if isinstance(node, (nir.Affine, nir.Linear)):
+        return _affine_shape(label, node, shape)
+    if isinstance(node, (nir.Conv1d, nir.Conv2d)):
+        return _conv_shape(label, node, shape), None
+    if isinstance(node, (nir.AvgPool2d, nir.SumPool2d)):
+        return _pool_shape(label, node, shape), None
+    if isinstance(node, nir.Flatten):
+        expected = {_expected_features(nodes[s]) for s in successor_names}
+        target = expected.pop() if len(expected) == 1 else None
+        return _flatten_shape(label, node, shape, target)
+    if isinstance(node, nir.NIRGraph):
+        sub_plan = plan(node, label)
+        if len(sub_plan.inputs) != 1:
+            raise GraphStructureError(
+                f"subgraph {label!r} receives edges but has {len(sub_plan.inputs)} Input "
+                "nodes; an edge into a subgraph feeds its single Input node"
+            )
+        sub = infer_shapes(node, sub_plan, {sub_plan.inputs[0]: shape}, label)
+        fixed = _replace_subgraph(node, sub.fixes) if sub.fixes else None
+        return sub, fixed
+    if isinstance(node, _ELEMENTWISE):
+        params = node_shape(node)
+        return (shape if params is None else _check_broadcast(label, shape, params, "parameters")), None
+    return None, None
+
+
+def _replace_subgraph(graph: nir.NIRGraph, fixes: Mapping[str, Any]) -> nir.NIRGraph:
+    nodes = {k: fixes.get(k, v) for k, v in graph.nodes.items()}
+    return nir.NIRGraph(nodes=nodes, edges=list(graph.edges), metadata=graph.metadata, type_check=False)

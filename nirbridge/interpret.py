@@ -1,0 +1,407 @@
+"""NIR graph → stateful ``torch.fx.GraphModule``.
+
+:func:`nir_to_torch` converts each node through a type-keyed map (``DEFAULT_MAP``
+below is the support table) and writes one ``fx.Graph`` that evaluates the graph for
+one time step, in the order and with the delayed edges :mod:`nirbridge.graph` finds.
+The generated ``forward(*inputs, state=None)`` returns ``(out, state)``; ``print(gm.code)``
+shows the wiring and how the state is threaded (see :mod:`nirbridge.state`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import io
+import keyword
+import operator
+import os
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import nir
+import torch
+import torch.fx as fx
+
+from . import graph as graph_utils
+from . import layers, neurons
+from .errors import (
+    GraphStructureError,
+    NirBridgeError,
+    NodeConversionError,
+    ParameterError,
+    RepairWarning,
+    UnsupportedNodeError,
+)
+from .neurons.modules import DEFAULT_DT, check_dt
+from .state import DELAYED, NODES, unpack_state
+
+__all__ = ["DEFAULT_MAP", "NodeMap", "nir_to_torch"]
+
+NodeMap = Mapping[type, Callable[..., torch.nn.Module]]
+
+DEFAULT_MAP: dict[type, Callable[..., torch.nn.Module]] = {
+    nir.Affine: layers.affine_to_torch,
+    nir.Linear: layers.linear_to_torch,
+    nir.Scale: layers.scale_to_torch,
+    nir.Conv1d: layers.conv1d_to_torch,
+    nir.Conv2d: layers.conv2d_to_torch,
+    nir.AvgPool2d: layers.avgpool2d_to_torch,
+    nir.SumPool2d: layers.sumpool2d_to_torch,
+    nir.Flatten: layers.flatten_to_torch,
+    nir.Threshold: layers.threshold_to_torch,
+    nir.Delay: neurons.Delay.from_nir,
+    nir.I: neurons.I.from_nir,
+    nir.IF: neurons.IF.from_nir,
+    nir.LI: neurons.LI.from_nir,
+    nir.LIF: neurons.LIF.from_nir,
+    nir.CubaLI: neurons.CubaLI.from_nir,
+    nir.CubaLIF: neurons.CubaLIF.from_nir,
+}
+"""Default converters, keyed by NIR node type. Input, Output and nested NIRGraph nodes
+are structural and handled by the interpreter itself (map ``nir.NIRGraph`` to override
+how subgraphs are built)."""
+
+_STRUCTURAL = (nir.Input, nir.Output)
+
+
+def nir_to_torch(
+    graph_or_path: Any,
+    node_map: NodeMap | None = None,
+    default_map: NodeMap | None = None,
+    *,
+    dt: float | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> torch.nn.Module:
+    """Build a stateful torch module that runs a NIR graph one time step per call.
+
+    Args:
+        graph_or_path: a ``nir.NIRGraph``, a path or binary file object of a ``.nir``
+            file (read with :func:`nirbridge.read`), or a single NIR node.
+        node_map: ``{NIR node type: fn}``; ``fn(node)`` (or ``fn(node, dt=...)`` if it
+            takes ``dt``) returns a ``torch.nn.Module``. Entries win over the defaults.
+            A module whose ``forward`` has a ``state`` parameter is called as
+            ``out, state = m(x, state=s)``; others as ``out = m(x)``.
+        default_map: the defaults to merge ``node_map`` into; ``None`` means
+            :data:`DEFAULT_MAP`, ``{}`` means no defaults.
+        dt: time step in seconds for forward-Euler integration; defaults to
+            ``graph.metadata["dt"]``, then to 1e-4.
+        device: where the module's parameters live.
+        dtype: floating dtype of parameters (default: torch's default dtype).
+
+    Returns:
+        A ``torch.fx.GraphModule`` with ``out, state = gm(*inputs, state=None)``, or for a
+        single node its converted module. Inputs are positional, in the order the Input
+        nodes appear in ``graph.nodes``; ``out`` is a tensor for one Output node and a
+        dict keyed by Output name for several.
+    """
+    graph = graph_or_path
+    if isinstance(graph_or_path, (str, os.PathLike, io.IOBase)):
+        from .io import read
+
+        graph = read(graph_or_path)
+    if not isinstance(graph, nir.NIRNode):
+        raise NirBridgeError(
+            f"nir_to_torch expects a nir.NIRGraph, a NIR node or a path to a .nir file, "
+            f"got {type(graph).__name__}"
+        )
+    merged: dict[type, Callable[..., torch.nn.Module]] = dict(
+        DEFAULT_MAP if default_map is None else default_map
+    )
+    merged.update(node_map or {})
+    if dt is None:
+        metadata = getattr(graph, "metadata", None) or {}
+        dt = metadata.get("dt", DEFAULT_DT) if isinstance(metadata, Mapping) else DEFAULT_DT
+        dt = check_dt(dt, "graph.metadata['dt']")
+    else:
+        dt = check_dt(dt, "nir_to_torch(dt=...)")
+    target_dtype = dtype or torch.get_default_dtype()
+    if not target_dtype.is_floating_point:
+        raise ParameterError(f"nir_to_torch(dtype=...) must be a floating dtype, got {dtype}")
+
+    if isinstance(graph, nir.NIRGraph) and nir.NIRGraph not in merged:
+        _check_supported(graph, merged)
+        the_plan = graph_utils.plan(graph)
+        shapes = graph_utils.infer_shapes(graph, the_plan)
+        module: torch.nn.Module = _build(graph, the_plan, shapes, merged, dt, "")
+        module.meta["nirbridge"]["dt"] = dt
+    else:
+        _check_supported(nir.NIRGraph(nodes={"node": graph}, edges=[], type_check=False), merged)
+        module = _convert("node", graph, merged, dt)
+    module = module.to(dtype=target_dtype)
+    if device is not None:
+        module = module.to(device)
+    return module
+
+
+def _check_supported(graph: nir.NIRGraph, node_map: Mapping[type, Any]) -> None:
+    offenders: dict[str, list[str]] = {}
+
+    def visit(g: nir.NIRGraph, prefix: str) -> None:
+        for name, node in g.nodes.items():
+            path = f"{prefix}{name}"
+            if isinstance(node, nir.NIRGraph) and nir.NIRGraph not in node_map:
+                visit(node, f"{path}.")
+            elif not isinstance(node, _STRUCTURAL) and _lookup(node_map, type(node)) is None:
+                offenders.setdefault(type(node).__name__, []).append(path)
+
+    visit(graph, "")
+    if offenders:
+        supported = [t.__name__ for t in node_map] + ["Input", "Output", "NIRGraph"]
+        raise UnsupportedNodeError(offenders, supported)
+
+
+def _lookup(node_map: Mapping[type, Any], node_type: type) -> Callable[..., Any] | None:
+    for cls in node_type.__mro__:
+        if cls in node_map:
+            return node_map[cls]
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _accepts_dt(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "dt" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _convert(name: str, node: Any, node_map: Mapping[type, Any], dt: float) -> torch.nn.Module:
+    fn = _lookup(node_map, type(node))
+    assert fn is not None  # _check_supported ran first
+    try:
+        module = fn(node, dt=dt) if _accepts_dt(fn) else fn(node)
+    except NirBridgeError as error:
+        raise NodeConversionError(name, type(node).__name__, error) from error
+    except Exception as error:
+        raise NodeConversionError(name, type(node).__name__, error) from error
+    if not isinstance(module, torch.nn.Module):
+        raise NodeConversionError(
+            name,
+            type(node).__name__,
+            TypeError(f"the converter returned {type(module).__name__}, not a torch.nn.Module"),
+        )
+    return module
+
+
+@functools.lru_cache(maxsize=1024)
+def _forward_takes_state(cls: type) -> bool:
+    try:
+        return "state" in inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _is_stateful(module: torch.nn.Module) -> bool:
+    return isinstance(module, fx.GraphModule) or _forward_takes_state(type(module))
+
+
+def add_delayed(x: torch.Tensor, *previous: torch.Tensor | None) -> torch.Tensor:
+    """``x`` plus the previous outputs of delayed edges (``None`` at the first step)."""
+    for p in previous:
+        if p is not None:
+            x = x + p
+    return x
+
+
+def delayed_only(
+    reference: torch.Tensor, shape: tuple[int, ...], *previous: torch.Tensor | None
+) -> torch.Tensor:
+    """Input of a node fed only by delayed edges: their sum, zeros at the first step."""
+    present = [p for p in previous if p is not None]
+    if not present:
+        return reference.new_zeros((reference.shape[0], *shape))
+    total = present[0]
+    for p in present[1:]:
+        total = total + p
+    return total
+
+
+_RESERVED = frozenset(dir(fx.GraphModule)) | {"graph", "code", "meta", "training"}
+
+
+def _module_path(name: str) -> str:
+    segments = []
+    for segment in name.split("."):
+        fixed = segment
+        while fixed in _RESERVED or fixed.startswith("_"):
+            fixed = f"{fixed}_" if not fixed.startswith("_") else f"n{fixed}"
+        if fixed != segment:
+            warnings.warn(
+                f"node {name!r}: {segment!r} is an attribute of torch modules, so the "
+                f"submodule is called {fixed!r} instead",
+                RepairWarning,
+                stacklevel=4,
+            )
+        segments.append(fixed)
+    return ".".join(segments)
+
+
+def _install(root: torch.nn.Module, path: str, module: torch.nn.Module) -> None:
+    *parents, leaf = path.split(".")
+    owner = root
+    for segment in parents:
+        child = owner._modules.get(segment)
+        if child is None:
+            child = torch.nn.Module()
+            owner.add_module(segment, child)
+        owner = child
+    owner.add_module(leaf, module)
+
+
+def _placeholder_name(name: str, taken: set[str]) -> str:
+    candidate = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "input"
+    if (
+        candidate[0].isdigit()
+        or candidate in ("state", "self")
+        or candidate.startswith("_")
+        or keyword.iskeyword(candidate)
+    ):
+        candidate = f"input_{candidate}".replace("__", "_")
+    while candidate in taken or not candidate.isidentifier():
+        candidate += "_"
+    taken.add(candidate)
+    return candidate
+
+
+def _build(
+    graph: nir.NIRGraph,
+    the_plan: graph_utils.Plan,
+    shapes: graph_utils.Shapes,
+    node_map: Mapping[type, Any],
+    dt: float,
+    path: str,
+) -> fx.GraphModule:
+    nodes = {name: shapes.fixes.get(name, node) for name, node in graph.nodes.items()}
+    root = torch.nn.Module()
+    module_paths: dict[str, str] = {}
+    built: dict[str, torch.nn.Module] = {}
+    stateful: dict[str, bool] = {}
+    for name in the_plan.order:
+        node = nodes[name]
+        if isinstance(node, _STRUCTURAL):
+            continue
+        label = f"{path}.{name}" if path else name
+        if isinstance(node, nir.NIRGraph) and nir.NIRGraph not in node_map:
+            module = _build_subgraph(node, name, label, shapes, node_map, dt, the_plan)
+        else:
+            module = _convert(label, node, node_map, dt)
+        built[name] = module
+        module_paths[name] = _module_path(name)
+        stateful[name] = _is_stateful(module)
+    for name in sorted(module_paths, key=lambda n: module_paths[n].count(".")):
+        _install(root, module_paths[name], built[name])
+
+    g = fx.Graph()
+    taken: set[str] = set()
+    values: dict[str, fx.Node] = {}
+    for name in the_plan.inputs:
+        values[name] = g.placeholder(_placeholder_name(name, taken))
+        values[name].meta["nir_node"] = name
+    reference = values[the_plan.inputs[0]]
+    state_in = g.placeholder("state", default_value=None)
+    unpacked = g.create_node("call_function", unpack_state, (state_in,), name="state_parts")
+    node_states = g.create_node("call_function", operator.getitem, (unpacked, 0), name="node_states")
+    delayed_in = g.create_node("call_function", operator.getitem, (unpacked, 1), name="delayed_outputs")
+    previous = {
+        source: g.create_node("call_method", "get", (delayed_in, source), name=f"{_safe(source)}_previous")
+        for source in the_plan.delayed_sources
+    }
+    new_node_states: dict[str, fx.Node] = {}
+    for name in the_plan.order:
+        node = nodes[name]
+        if isinstance(node, nir.Input):
+            continue
+        direct = [values[s] for s, is_delayed in the_plan.incoming[name] if not is_delayed]
+        late = [previous[s] for s, is_delayed in the_plan.incoming[name] if is_delayed]
+        if direct:
+            x = direct[0]
+            for other in direct[1:]:
+                x = g.create_node("call_function", operator.add, (x, other), name=f"{_safe(name)}_in")
+            if late:
+                x = g.create_node("call_function", add_delayed, (x, *late), name=f"{_safe(name)}_in")
+        else:
+            shape = shapes.inputs.get(name)
+            if shape is None:
+                raise GraphStructureError(
+                    f"node {_label(path, name)!r} is fed only through delayed edges and the "
+                    "shape of its input cannot be inferred; give its sources fixed shapes"
+                )
+            x = g.create_node(
+                "call_function", delayed_only, (reference, tuple(shape), *late), name=f"{_safe(name)}_in"
+            )
+        if isinstance(node, nir.Output):
+            values[name] = x
+            continue
+        target = module_paths[name]
+        if stateful[name]:
+            old = g.create_node("call_method", "get", (node_states, name), name=f"{_safe(name)}_state")
+            result = g.create_node("call_module", target, (x,), {"state": old}, name=f"{_safe(name)}_step")
+            out = g.create_node("call_function", operator.getitem, (result, 0), name=_safe(name))
+            new_node_states[name] = g.create_node(
+                "call_function", operator.getitem, (result, 1), name=f"{_safe(name)}_new_state"
+            )
+        else:
+            out = g.create_node("call_module", target, (x,), name=_safe(name))
+        out.meta["nir_node"] = name
+        out.meta["nir_type"] = type(node).__name__
+        values[name] = out
+    outputs = [values[o] for o in the_plan.outputs]
+    if not outputs:
+        raise GraphStructureError(
+            f"graph{' ' + repr(path) if path else ''} has no Output node; add a nir.Output "
+            "node and an edge into it"
+        )
+    out_value: Any = outputs[0] if len(outputs) == 1 else dict(zip(the_plan.outputs, outputs))
+    new_state = {
+        NODES: new_node_states,
+        DELAYED: {source: values[source] for source in the_plan.delayed_sources},
+    }
+    g.output((out_value, new_state))
+    g.lint()
+    gm = fx.GraphModule(root, g, class_name="NIRGraphModule")
+    for child_name, child in root.named_children():
+        setattr(gm, child_name, child)
+    gm.meta["nirbridge"] = {
+        "inputs": list(the_plan.inputs),
+        "outputs": list(the_plan.outputs),
+        "module_paths": module_paths,
+    }
+    return gm
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
+def _label(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _build_subgraph(
+    node: nir.NIRGraph,
+    name: str,
+    label: str,
+    shapes: graph_utils.Shapes,
+    node_map: Mapping[type, Any],
+    dt: float,
+    parent_plan: graph_utils.Plan,
+) -> fx.GraphModule:
+    sub_plan = graph_utils.plan(node, label)
+    if len(sub_plan.inputs) != 1:
+        raise GraphStructureError(
+            f"subgraph {label!r} has {len(sub_plan.inputs)} Input nodes; an edge into a "
+            "subgraph feeds its single Input node, so give it exactly one"
+        )
+    feeds_out = any(name == s for edges in parent_plan.incoming.values() for s, _ in edges)
+    if feeds_out and len(sub_plan.outputs) != 1:
+        raise GraphStructureError(
+            f"subgraph {label!r} has {len(sub_plan.outputs)} Output nodes but edges leave "
+            "it; an edge out of a subgraph reads its single Output node"
+        )
+    sub_shapes = shapes.nested.get(name)
+    if sub_shapes is None:
+        sub_shapes = graph_utils.infer_shapes(node, sub_plan, None, label)
+    return _build(node, sub_plan, sub_shapes, node_map, dt, label)

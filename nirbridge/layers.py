@@ -1,0 +1,225 @@
+"""Stateless NIR primitives as torch modules: Affine, Linear, Scale, Conv, pooling,
+Flatten and Threshold.
+
+Each ``*_to_torch`` function converts one NIR node; NIR shapes exclude the batch axis,
+torch tensors carry it first, so dims given in NIR (Flatten) are shifted by one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import nir
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .errors import ParameterError
+from .neurons.functional import spike
+
+__all__ = [
+    "Flatten",
+    "Scale",
+    "SumPool2d",
+    "Threshold",
+    "affine_to_torch",
+    "avgpool2d_to_torch",
+    "conv1d_to_torch",
+    "conv2d_to_torch",
+    "flatten_to_torch",
+    "linear_to_torch",
+    "scale_to_torch",
+    "sumpool2d_to_torch",
+    "threshold_to_torch",
+]
+
+
+def _tensor(value: Any) -> torch.Tensor:
+    return torch.from_numpy(np.array(value, dtype=np.float64))
+
+
+def _ints(value: Any, count: int, what: str, node_type: str) -> tuple[int, ...]:
+    array = np.asarray(value).reshape(-1)
+    if array.size == 1:
+        return (int(array[0]),) * count
+    if array.size != count:
+        raise ParameterError(f"{node_type}: {what} needs 1 or {count} integers, got {value!r}")
+    return tuple(int(v) for v in array)
+
+
+class Scale(torch.nn.Module):
+    r"""Element-wise scaling :math:`y = s \odot x` (``scale`` is a trainable parameter)."""
+
+    def __init__(self, scale: torch.Tensor) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * x
+
+
+class Threshold(torch.nn.Module):
+    r"""Heaviside step :math:`z = [x > \theta]` as 0/1 floats, with a surrogate gradient."""
+
+    def __init__(self, threshold: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("threshold", threshold)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return spike(x, self.threshold)
+
+
+class SumPool2d(torch.nn.Module):
+    """Sum over each pooling window, zero padding counted (avg pool times window size)."""
+
+    def __init__(
+        self, kernel_size: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]
+    ) -> None:
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.avg_pool2d(
+            x, self.kernel_size, self.stride, self.padding, count_include_pad=True, divisor_override=1
+        )
+
+
+class Flatten(torch.nn.Flatten):
+    """``torch.nn.Flatten`` whose dims are NIR's (without the batch axis)."""
+
+    def __init__(self, start_dim: int = 0, end_dim: int = -1) -> None:
+        super().__init__(
+            start_dim + 1 if start_dim >= 0 else start_dim, end_dim + 1 if end_dim >= 0 else end_dim
+        )
+
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Linear:
+    """``torch.nn.Linear`` holding the given tensors, skipping its random initialisation."""
+    module = torch.nn.Linear.__new__(torch.nn.Linear)
+    torch.nn.Module.__init__(module)
+    module.out_features, module.in_features = weight.shape
+    module.weight = torch.nn.Parameter(weight)
+    module.bias = None if bias is None else torch.nn.Parameter(bias)
+    return module
+
+
+def affine_to_torch(node: nir.Affine) -> torch.nn.Linear:
+    """Affine ``y = W x + b`` as ``torch.nn.Linear`` (W is (out, in))."""
+    weight = _tensor(node.weight)
+    if weight.ndim != 2:
+        raise ParameterError(f"Affine: weight must be 2-D (out, in), got shape {tuple(weight.shape)}")
+    bias = _tensor(node.bias).reshape(-1)
+    if bias.numel() == 1:
+        bias = bias.expand(weight.shape[0]).clone()
+    if bias.shape != (weight.shape[0],):
+        raise ParameterError(
+            f"Affine: bias has {bias.numel()} elements but the weight has {weight.shape[0]} outputs"
+        )
+    return _linear(weight, bias)
+
+
+def linear_to_torch(node: nir.Linear) -> torch.nn.Linear:
+    """Linear ``y = W x`` as a bias-free ``torch.nn.Linear``."""
+    weight = _tensor(node.weight)
+    if weight.ndim != 2:
+        raise ParameterError(f"Linear: weight must be 2-D (out, in), got shape {tuple(weight.shape)}")
+    return _linear(weight, None)
+
+
+def scale_to_torch(node: nir.Scale) -> Scale:
+    return Scale(_tensor(node.scale))
+
+
+def threshold_to_torch(node: nir.Threshold) -> Threshold:
+    return Threshold(_tensor(node.threshold))
+
+
+def _padding(value: Any, count: int, node_type: str) -> str | tuple[int, ...]:
+    if isinstance(value, np.ndarray) and value.dtype.kind in "SUO" and value.size == 1:
+        value = value.reshape(-1)[0]
+    if isinstance(value, bytes):
+        value = value.decode()
+    if isinstance(value, str):
+        if value not in ("same", "valid"):
+            raise ParameterError(f"{node_type}: padding must be 'same', 'valid' or integers, got {value!r}")
+        return value
+    return _ints(value, count, "padding", node_type)
+
+
+def _conv(node: Any, dims: int) -> torch.nn.Module:
+    node_type = type(node).__name__
+    weight = _tensor(node.weight)
+    if weight.ndim != dims + 2:
+        raise ParameterError(
+            f"{node_type}: weight must be {dims + 2}-D (C_out, C_in/groups, kernel...), "
+            f"got shape {tuple(weight.shape)}"
+        )
+    groups = int(np.asarray(node.groups).reshape(-1)[0])
+    stride = _ints(node.stride, dims, "stride", node_type)
+    dilation = _ints(node.dilation, dims, "dilation", node_type)
+    padding = _padding(node.padding, dims, node_type)
+    if padding == "same" and any(s != 1 for s in stride):
+        raise ParameterError(
+            f"{node_type}: padding='same' with stride {stride} has no torch equivalent; "
+            "give the padding as integers"
+        )
+    if padding == "same":
+        totals = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+        if all(t % 2 == 0 for t in totals):
+            padding = tuple(t // 2 for t in totals)
+    bias = None if node.bias is None else _tensor(node.bias).reshape(-1)
+    has_bias = bias is not None and bias.numel() > 0
+    cls = torch.nn.Conv1d if dims == 1 else torch.nn.Conv2d
+    module = cls(
+        weight.shape[1] * groups,
+        weight.shape[0],
+        tuple(weight.shape[2:]),
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+        bias=has_bias,
+        dtype=torch.float64,
+    )
+    with torch.no_grad():
+        module.weight.copy_(weight)
+        if has_bias:
+            module.bias.copy_(bias.expand(weight.shape[0]) if bias.numel() == 1 else bias)
+    return module
+
+
+def conv1d_to_torch(node: nir.Conv1d) -> torch.nn.Conv1d:
+    """Conv1d as ``torch.nn.Conv1d`` (stride, padding incl. 'same'/'valid', dilation, groups)."""
+    return _conv(node, 1)
+
+
+def conv2d_to_torch(node: nir.Conv2d) -> torch.nn.Conv2d:
+    """Conv2d as ``torch.nn.Conv2d`` (stride, padding incl. 'same'/'valid', dilation, groups)."""
+    return _conv(node, 2)
+
+
+def _pool_args(node: Any) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    node_type = type(node).__name__
+    kernel = _ints(node.kernel_size, 2, "kernel_size", node_type)
+    stride = _ints(node.stride, 2, "stride", node_type) if np.size(node.stride) else kernel
+    padding = _ints(node.padding, 2, "padding", node_type) if np.size(node.padding) else (0, 0)
+    return kernel, stride, padding  # type: ignore[return-value]
+
+
+def avgpool2d_to_torch(node: nir.AvgPool2d) -> torch.nn.AvgPool2d:
+    """AvgPool2d as ``torch.nn.AvgPool2d`` (zero padding counted in the average)."""
+    kernel, stride, padding = _pool_args(node)
+    return torch.nn.AvgPool2d(kernel, stride, padding, count_include_pad=True)
+
+
+def sumpool2d_to_torch(node: nir.SumPool2d) -> SumPool2d:
+    """SumPool2d: the sum over each window, with zero padding."""
+    return SumPool2d(*_pool_args(node))
+
+
+def flatten_to_torch(node: nir.Flatten) -> Flatten:
+    """Flatten with NIR's dims (counted without the batch axis)."""
+    return Flatten(int(node.start_dim), int(node.end_dim))

@@ -1,0 +1,379 @@
+"""``torch.nn.Module`` shells around the step functions in :mod:`.functional`.
+
+Constructor arguments are NIR's field names plus ``dt`` (seconds, default
+``DEFAULT_DT`` = 1e-4). Parameters are stored as buffers of their NIR shape and
+broadcast against the input, whose first axis is the batch. Each module's
+``forward(x, state=None)`` returns ``(output, state)``; with ``state=None`` it starts
+from the initial state (``v = v_leak`` for leaky models, ``v = 0`` otherwise, ``i = 0``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import nir
+import numpy as np
+import torch
+
+from ..errors import ParameterError
+from . import functional as F
+
+__all__ = ["DEFAULT_DT", "I", "IF", "LI", "LIF", "CubaLI", "CubaLIF", "Delay"]
+
+DEFAULT_DT = 1e-4
+
+ArrayLike = Any  # a number, numpy array or tensor
+
+
+def _as_tensor(name: str, owner: str, value: ArrayLike) -> torch.Tensor:
+    if value is None:
+        raise ParameterError(f"{owner}: parameter {name!r} is missing; pass a number or an array")
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().clone()
+    else:
+        try:
+            array = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ParameterError(
+                f"{owner}: parameter {name!r} must be numeric, got {type(value).__name__}"
+            ) from None
+        tensor = torch.from_numpy(array.copy())
+    if not tensor.is_floating_point():
+        tensor = tensor.to(torch.float64)
+    return tensor
+
+
+def check_dt(dt: Any, owner: str = "dt") -> float:
+    """Validate a time step: a positive, finite number of seconds."""
+    if isinstance(dt, (int, float)) and not isinstance(dt, bool):
+        value = float(dt)
+    else:
+        try:
+            array = np.asarray(dt, dtype=np.float64).reshape(-1)
+            value = float(array[0]) if array.size == 1 else math.nan
+        except (TypeError, ValueError):
+            value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ParameterError(f"{owner}: dt must be a positive, finite number of seconds, got {dt!r}")
+    return value
+
+
+class _Neuron(torch.nn.Module):
+    """Shared machinery: parameter buffers, dt, broadcast shapes."""
+
+    params: ClassVar[tuple[str, ...]] = ()
+    nir_type: ClassVar[type]
+
+    def __init__(self, dt: float, **values: ArrayLike) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.dt = check_dt(dt, owner)
+        for name in self.params:
+            self.register_buffer(name, _as_tensor(name, owner, values[name]))
+        shapes = [tuple(getattr(self, n).shape) for n in self.params]
+        try:
+            np.broadcast_shapes(*shapes)
+        except ValueError:
+            raise ParameterError(
+                f"{owner}: parameter shapes {dict(zip(self.params, shapes))} do not broadcast "
+                "together; give every parameter the neuron population's shape"
+            ) from None
+
+    def _shape(self, x: torch.Tensor) -> torch.Size:
+        return torch.broadcast_shapes(x.shape, *(getattr(self, n).shape for n in self.params))
+
+    def extra_repr(self) -> str:
+        shape = tuple(np.broadcast_shapes(*(tuple(getattr(self, n).shape) for n in self.params)))
+        return f"shape={shape}, dt={self.dt:g}"
+
+    @classmethod
+    def from_nir(cls, node: Any, dt: float = DEFAULT_DT) -> _Neuron:
+        """Build the module from a NIR node of the matching type."""
+        values = {name: getattr(node, name) for name in cls.params}
+        return cls(dt=dt, **values)
+
+    def to_nir(self) -> Any:
+        """The NIR node with this module's current parameters."""
+        arrays = [getattr(self, name).detach().cpu().numpy() for name in self.params]
+        shape = np.broadcast_shapes(*(a.shape for a in arrays))
+        values = {n: np.broadcast_to(a, shape).copy() for n, a in zip(self.params, arrays)}
+        return self.nir_type(**values)
+
+
+class I(_Neuron):  # noqa: E742
+    r"""Integrator: :math:`v \leftarrow v + \Delta t\, r\, x`; outputs :math:`v`.
+
+    Args:
+        r: resistance (output units per input unit per second).
+        dt: time step in seconds.
+    """
+
+    params = ("r",)
+    nir_type = nir.I
+
+    def __init__(self, r: ArrayLike = 1.0, *, dt: float = DEFAULT_DT) -> None:
+        super().__init__(dt, r=r)
+
+    def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
+        if state is None:
+            state = F.IState(x.new_zeros(self._shape(x)))
+        return F.i_step(x, state, self.r, self.dt)
+
+
+class LI(_Neuron):
+    r"""Leaky integrator: :math:`v \leftarrow v + \frac{\Delta t}{\tau}(v_{leak} - v + r x)`.
+
+    Args:
+        tau: membrane time constant in seconds.
+        r: resistance.
+        v_leak: leak (resting) potential; also the initial potential.
+        dt: time step in seconds.
+    """
+
+    params = ("tau", "r", "v_leak")
+    nir_type = nir.LI
+
+    def __init__(
+        self, tau: ArrayLike, r: ArrayLike = 1.0, v_leak: ArrayLike = 0.0, *, dt: float = DEFAULT_DT
+    ) -> None:
+        super().__init__(dt, tau=tau, r=r, v_leak=v_leak)
+
+    def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
+        if state is None:
+            state = F.IState(x.new_zeros(self._shape(x)) + self.v_leak)
+        return F.li_step(x, state, self.tau, self.r, self.v_leak, self.dt)
+
+
+class IF(_Neuron):
+    r"""Integrate-and-fire: :math:`v \leftarrow v + \Delta t\, r\, x`, spike where
+    :math:`v > v_{threshold}`, then :math:`v \leftarrow v_{reset}` where it spiked.
+
+    Args:
+        r: resistance.
+        v_threshold: firing threshold.
+        v_reset: potential after a spike.
+        dt: time step in seconds.
+    """
+
+    params = ("r", "v_threshold", "v_reset")
+    nir_type = nir.IF
+
+    def __init__(
+        self,
+        r: ArrayLike = 1.0,
+        v_threshold: ArrayLike = 1.0,
+        v_reset: ArrayLike = 0.0,
+        *,
+        dt: float = DEFAULT_DT,
+    ) -> None:
+        super().__init__(dt, r=r, v_threshold=v_threshold, v_reset=v_reset)
+
+    @classmethod
+    def from_nir(cls, node: Any, dt: float = DEFAULT_DT) -> IF:
+        reset = node.v_reset if node.v_reset is not None else np.zeros_like(node.v_threshold)
+        return cls(r=node.r, v_threshold=node.v_threshold, v_reset=reset, dt=dt)
+
+    def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
+        if state is None:
+            state = F.IState(x.new_zeros(self._shape(x)))
+        return F.if_step(x, state, self.r, self.v_threshold, self.v_reset, self.dt)
+
+
+class LIF(_Neuron):
+    r"""Leaky integrate-and-fire:
+    :math:`v \leftarrow v + \frac{\Delta t}{\tau}(v_{leak} - v + r x)`, spike where
+    :math:`v > v_{threshold}`, then :math:`v \leftarrow v_{reset}` where it spiked.
+
+    Args:
+        tau: membrane time constant in seconds.
+        r: resistance.
+        v_leak: leak potential; also the initial potential.
+        v_threshold: firing threshold.
+        v_reset: potential after a spike.
+        dt: time step in seconds.
+    """
+
+    params = ("tau", "r", "v_leak", "v_threshold", "v_reset")
+    nir_type = nir.LIF
+
+    def __init__(
+        self,
+        tau: ArrayLike,
+        r: ArrayLike = 1.0,
+        v_leak: ArrayLike = 0.0,
+        v_threshold: ArrayLike = 1.0,
+        v_reset: ArrayLike = 0.0,
+        *,
+        dt: float = DEFAULT_DT,
+    ) -> None:
+        super().__init__(dt, tau=tau, r=r, v_leak=v_leak, v_threshold=v_threshold, v_reset=v_reset)
+
+    @classmethod
+    def from_nir(cls, node: Any, dt: float = DEFAULT_DT) -> LIF:
+        reset = node.v_reset if node.v_reset is not None else np.zeros_like(node.v_threshold)
+        return cls(
+            tau=node.tau,
+            r=node.r,
+            v_leak=node.v_leak,
+            v_threshold=node.v_threshold,
+            v_reset=reset,
+            dt=dt,
+        )
+
+    def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
+        if state is None:
+            state = F.IState(x.new_zeros(self._shape(x)) + self.v_leak)
+        return F.lif_step(x, state, self.tau, self.r, self.v_leak, self.v_threshold, self.v_reset, self.dt)
+
+
+class CubaLI(_Neuron):
+    r"""Current-based leaky integrator:
+    :math:`i \leftarrow i + \frac{\Delta t}{\tau_{syn}}(-i + w_{in} x)`, then
+    :math:`v \leftarrow v + \frac{\Delta t}{\tau_{mem}}(v_{leak} - v + r i)`; outputs :math:`v`.
+
+    Args:
+        tau_syn: synaptic time constant in seconds.
+        tau_mem: membrane time constant in seconds.
+        r: resistance.
+        v_leak: leak potential; also the initial potential.
+        w_in: input weight onto the synaptic current.
+        dt: time step in seconds.
+    """
+
+    params = ("tau_syn", "tau_mem", "r", "v_leak", "w_in")
+    nir_type = nir.CubaLI
+
+    def __init__(
+        self,
+        tau_syn: ArrayLike,
+        tau_mem: ArrayLike,
+        r: ArrayLike = 1.0,
+        v_leak: ArrayLike = 0.0,
+        w_in: ArrayLike = 1.0,
+        *,
+        dt: float = DEFAULT_DT,
+    ) -> None:
+        super().__init__(dt, tau_syn=tau_syn, tau_mem=tau_mem, r=r, v_leak=v_leak, w_in=w_in)
+
+    def forward(
+        self, x: torch.Tensor, state: F.CubaLIState | None = None
+    ) -> tuple[torch.Tensor, F.CubaLIState]:
+        if state is None:
+            zeros = x.new_zeros(self._shape(x))
+            state = F.CubaLIState(zeros, zeros + self.v_leak)
+        return F.cuba_li_step(x, state, self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in, self.dt)
+
+
+class CubaLIF(_Neuron):
+    r"""Current-based LIF: the :class:`CubaLI` updates, then spike where
+    :math:`v > v_{threshold}` and :math:`v \leftarrow v_{reset}` where it spiked.
+
+    Args:
+        tau_syn: synaptic time constant in seconds.
+        tau_mem: membrane time constant in seconds.
+        r: resistance.
+        v_leak: leak potential; also the initial potential.
+        v_threshold: firing threshold.
+        v_reset: potential after a spike.
+        w_in: input weight onto the synaptic current.
+        dt: time step in seconds.
+    """
+
+    params = ("tau_syn", "tau_mem", "r", "v_leak", "v_threshold", "v_reset", "w_in")
+    nir_type = nir.CubaLIF
+
+    def __init__(
+        self,
+        tau_syn: ArrayLike,
+        tau_mem: ArrayLike,
+        r: ArrayLike = 1.0,
+        v_leak: ArrayLike = 0.0,
+        v_threshold: ArrayLike = 1.0,
+        v_reset: ArrayLike = 0.0,
+        w_in: ArrayLike = 1.0,
+        *,
+        dt: float = DEFAULT_DT,
+    ) -> None:
+        super().__init__(
+            dt,
+            tau_syn=tau_syn,
+            tau_mem=tau_mem,
+            r=r,
+            v_leak=v_leak,
+            v_threshold=v_threshold,
+            v_reset=v_reset,
+            w_in=w_in,
+        )
+
+    @classmethod
+    def from_nir(cls, node: Any, dt: float = DEFAULT_DT) -> CubaLIF:
+        reset = node.v_reset if node.v_reset is not None else np.zeros_like(node.v_threshold)
+        return cls(
+            tau_syn=node.tau_syn,
+            tau_mem=node.tau_mem,
+            r=node.r,
+            v_leak=node.v_leak,
+            v_threshold=node.v_threshold,
+            v_reset=reset,
+            w_in=node.w_in,
+            dt=dt,
+        )
+
+    def forward(
+        self, x: torch.Tensor, state: F.CubaLIState | None = None
+    ) -> tuple[torch.Tensor, F.CubaLIState]:
+        if state is None:
+            zeros = x.new_zeros(self._shape(x))
+            state = F.CubaLIState(zeros, zeros + self.v_leak)
+        return F.cuba_lif_step(
+            x,
+            state,
+            self.tau_syn,
+            self.tau_mem,
+            self.r,
+            self.v_leak,
+            self.v_threshold,
+            self.v_reset,
+            self.w_in,
+            self.dt,
+        )
+
+
+class Delay(torch.nn.Module):
+    r"""Delay line: element :math:`j` outputs its input from
+    :math:`\mathrm{round}(d_j / \Delta t)` steps ago, zeros before the first step.
+
+    Args:
+        delay: delay per element, in seconds (non-negative).
+        dt: time step in seconds.
+    """
+
+    def __init__(self, delay: ArrayLike, *, dt: float = DEFAULT_DT) -> None:
+        super().__init__()
+        self.dt = check_dt(dt, "Delay")
+        delay_tensor = _as_tensor("delay", "Delay", delay)
+        if not bool(torch.isfinite(delay_tensor).all()) or bool((delay_tensor < 0).any()):
+            raise ParameterError("Delay: parameter 'delay' must be finite and non-negative seconds")
+        self.register_buffer("delay", delay_tensor)
+        steps = np.rint(delay_tensor.numpy() / self.dt).astype(np.int64)
+        self.register_buffer("steps", torch.from_numpy(steps), persistent=False)
+        self.max_steps = int(steps.max()) if steps.size else 0
+
+    @classmethod
+    def from_nir(cls, node: Any, dt: float = DEFAULT_DT) -> Delay:
+        return cls(delay=node.delay, dt=dt)
+
+    def to_nir(self) -> nir.Delay:
+        return nir.Delay(delay=self.delay.detach().cpu().numpy())
+
+    def extra_repr(self) -> str:
+        return f"shape={tuple(self.delay.shape)}, max_steps={self.max_steps}, dt={self.dt:g}"
+
+    def forward(
+        self, x: torch.Tensor, state: F.DelayState | None = None
+    ) -> tuple[torch.Tensor, F.DelayState]:
+        if state is None:
+            shape = torch.broadcast_shapes(x.shape, self.steps.shape)
+            state = F.DelayState(x.new_zeros((self.max_steps, *shape)))
+        return F.delay_step(x, state, self.steps)

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import pathlib
+
+import nir
+import numpy as np
+import pytest
+import torch
+
+from tests.reference import Reference
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "nir-examples"
+if not EXAMPLES.is_dir():  # a checkout with shared/ inside it
+    EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "shared" / "nir-examples"
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(1234)
+
+
+def input_names(graph: nir.NIRGraph) -> list[str]:
+    return [n for n, node in graph.nodes.items() if isinstance(node, nir.Input)]
+
+
+def compare_with_reference(
+    gm: torch.nn.Module,
+    graph: nir.NIRGraph,
+    make_input,
+    steps: int,
+    dt: float,
+    *,
+    atol: float = 1e-6,
+    transpose: frozenset = frozenset(),
+) -> int:
+    """Run gm and the numpy reference side by side; return the number of values compared."""
+    ref = Reference(graph, dt, transpose)
+    names = input_names(graph)
+    outputs = [n for n, node in graph.nodes.items() if isinstance(node, nir.Output)]
+    state = None
+    compared = 0
+    for t in range(steps):
+        arrays = {n: make_input(t, n) for n in names}
+        expected = ref.step(arrays)
+        out, state = gm(*(torch.from_numpy(arrays[n]) for n in names), state=state)
+        got = {outputs[0]: out} if len(outputs) == 1 else out
+        for name in outputs:
+            np.testing.assert_allclose(
+                got[name].detach().numpy(),
+                expected[name],
+                atol=atol,
+                rtol=1e-10,
+                err_msg=f"output {name!r} at step {t}",
+            )
+            compared += expected[name].size
+    return compared

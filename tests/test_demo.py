@@ -1,0 +1,13 @@
+"""The demo runs end to end and its layers spike."""
+
+from __future__ import annotations
+
+from nirbridge import demo
+
+
+def test_demo_round_trip(tmp_path, capsys):
+    counts = demo.run(steps=50, batch=2, out=tmp_path / "demo.nir")
+    assert (tmp_path / "demo.nir").exists()
+    assert set(counts) == {"hidden.lif", "mid.lif", "readout.lif"}
+    assert all(c > 0 for c in counts.values())
+    assert "time per step" in capsys.readouterr().out

@@ -1,0 +1,721 @@
+"""nir_to_torch against the independent numpy reference in tests/reference.py."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import warnings
+
+import nir
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.utils import _pytree as pytree
+
+import nirbridge
+from nirbridge.neurons import LIF
+from tests.conftest import EXAMPLES, compare_with_reference, input_names
+
+DT = 1e-4
+BATCH = 3
+
+
+def chain(*nodes: nir.NIRNode, shape) -> nir.NIRGraph:
+    names = [f"n{i}" for i in range(len(nodes))]
+    graph_nodes = {"input": nir.Input(np.array(shape)), **dict(zip(names, nodes)), "output": nir.Output(None)}
+    seq = ["input", *names, "output"]
+    return nir.NIRGraph(nodes=graph_nodes, edges=list(zip(seq[:-1], seq[1:])), type_check=False)
+
+
+def neuron_params(rng, n, kind):
+    tau = rng.uniform(2 * DT, 20 * DT, n)
+    common = dict(r=rng.uniform(0.5, 3.0, n), v_leak=rng.uniform(-0.2, 0.3, n))
+    if kind == "I":
+        return nir.I(r=common["r"])
+    if kind == "LI":
+        return nir.LI(tau=tau, **common)
+    thr = dict(v_threshold=rng.uniform(0.5, 1.5, n), v_reset=rng.uniform(-0.3, 0.2, n))
+    if kind == "IF":
+        return nir.IF(r=common["r"] * 1000, **thr)
+    if kind == "LIF":
+        return nir.LIF(tau=tau, **common, **thr)
+    syn = dict(tau_syn=rng.uniform(2 * DT, 10 * DT, n), tau_mem=tau, w_in=rng.uniform(0.5, 2, n))
+    if kind == "CubaLI":
+        return nir.CubaLI(**syn, **common)
+    return nir.CubaLIF(**syn, **common, **thr)
+
+
+def drive(rng, shape, scale=3.0):
+    return lambda t, name: rng.uniform(-0.5, 1.0, (BATCH, *shape)) * scale
+
+
+@pytest.mark.parametrize("kind", ["I", "LI", "IF", "LIF", "CubaLI", "CubaLIF"])
+def test_neuron_primitives_match_reference(rng, kind):
+    n = 7
+    graph = chain(
+        nir.Affine(rng.normal(size=(n, 4)), rng.normal(size=n)), neuron_params(rng, n, kind), shape=[4]
+    )
+    gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
+    compare_with_reference(gm, graph, drive(rng, (4,)), 80, DT)
+
+
+def test_spiking_neurons_actually_spike_and_reset(rng):
+    graph = chain(neuron_params(rng, 5, "LIF"), shape=[5])
+    gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
+    state, total = None, 0.0
+    for _ in range(50):
+        out, state = gm(torch.full((2, 5), 5.0, dtype=torch.float64), state)
+        total += float(out.sum())
+    assert total > 10  # the comparison tests above mean something only if spikes happen
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        lambda r: nir.Linear(r.normal(size=(3, 4))),
+        lambda r: nir.Scale(r.normal(size=4)),
+        lambda r: nir.Threshold(r.uniform(0, 1, size=4)),
+        lambda r: nir.Delay(np.array([0.0, DT, 3 * DT, 2 * DT])),
+    ],
+    ids=["Linear", "Scale", "Threshold", "Delay"],
+)
+def test_stateless_and_delay_primitives(rng, node):
+    graph = chain(node(rng), shape=[4])
+    gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
+    compare_with_reference(gm, graph, drive(rng, (4,)), 12, DT)
+
+
+@pytest.mark.parametrize(
+    "stride,padding,dilation,groups",
+    [
+        (1, 0, 1, 1),
+        (2, 1, 1, 1),
+        ((1, 2), (2, 0), (2, 1), 2),
+        (1, "same", 2, 1),
+        (2, "valid", 1, 2),
+        (1, "same", 1, 4),
+    ],
+)
+def test_conv2d(rng, stride, padding, dilation, groups):
+    c_in, c_out = 4, 8
+    weight = rng.normal(size=(c_out, c_in // groups, 3, 2))
+    node = nir.Conv2d(
+        input_shape=(9, 8),
+        weight=weight,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+        bias=rng.normal(size=c_out),
+    )
+    graph = chain(node, shape=[c_in, 9, 8])
+    gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    compare_with_reference(gm, graph, drive(rng, (c_in, 9, 8)), 2, DT)
+
+
+@pytest.mark.parametrize(
+    "stride,padding,dilation,groups", [(1, 0, 1, 1), (2, 2, 1, 3), (1, "same", 3, 1), (3, "valid", 2, 1)]
+)
+def test_conv1d(rng, stride, padding, dilation, groups):
+    weight = rng.normal(size=(6, 6 // groups, 3))
+    node = nir.Conv1d(
+        input_shape=11,
+        weight=weight,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+        bias=rng.normal(size=6),
+    )
+    graph = chain(node, shape=[6, 11])
+    gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    compare_with_reference(gm, graph, drive(rng, (6, 11)), 2, DT)
+
+
+@pytest.mark.parametrize("cls", [nir.SumPool2d, nir.AvgPool2d])
+@pytest.mark.parametrize(
+    "kernel,stride,padding", [((2, 2), (2, 2), (0, 0)), ((3, 2), (1, 2), (1, 1)), ((2, 2), (1, 1), (1, 0))]
+)
+def test_pooling(rng, cls, kernel, stride, padding):
+    node = cls(kernel_size=np.array(kernel), stride=np.array(stride), padding=np.array(padding))
+    graph = chain(node, shape=[3, 7, 6])
+    gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    compare_with_reference(gm, graph, drive(rng, (3, 7, 6)), 2, DT)
+
+
+@pytest.mark.parametrize("start,end", [(0, -1), (1, 2), (0, 1), (-2, -1)])
+def test_flatten(rng, start, end):
+    graph = chain(
+        nir.Flatten(input_type={"input": np.array([2, 3, 4])}, start_dim=start, end_dim=end), shape=[2, 3, 4]
+    )
+    gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    compare_with_reference(gm, graph, drive(rng, (2, 3, 4)), 2, DT)
+
+
+def recurrent_block(rng, n, with_bias=True):
+    """Input -> Affine -> LIF <-> Linear -> Output, as a nested graph."""
+    lif = neuron_params(rng, n, "LIF")
+    rec = (
+        nir.Affine(rng.normal(size=(n, n)) * 0.5, rng.normal(size=n))
+        if with_bias
+        else nir.Linear(rng.normal(size=(n, n)))
+    )
+    return nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([n])),
+            "lif": lif,
+            "w_rec": rec,
+            "output": nir.Output(np.array([n])),
+        },
+        edges=[("input", "lif"), ("lif", "w_rec"), ("w_rec", "lif"), ("lif", "output")],
+        type_check=False,
+    )
+
+
+def test_recurrent_loop_delays_the_closing_edge(rng):
+    n = 6
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "fc": nir.Affine(rng.normal(size=(n, 3)) * 3, rng.normal(size=n)),
+            "lif": neuron_params(rng, n, "LIF"),
+            "w_rec": nir.Affine(rng.normal(size=(n, n)), rng.normal(size=n)),
+            "output": nir.Output(np.array([n])),
+        },
+        edges=[("input", "fc"), ("fc", "lif"), ("lif", "w_rec"), ("w_rec", "lif"), ("lif", "output")],
+        type_check=False,
+    )
+    gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
+    compare_with_reference(gm, graph, drive(rng, (3,)), 100, DT)
+    _, state = gm(torch.zeros(1, 3, dtype=torch.float64))
+    assert set(state["delayed"]) == {"w_rec"}
+    assert set(state["nodes"]) == {"lif"}
+
+
+def test_self_loop_and_nested_subgraph(rng):
+    n = 5
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([n])),
+            "block": recurrent_block(rng, n),
+            "li": neuron_params(rng, n, "LI"),
+            "output": nir.Output(np.array([n])),
+        },
+        edges=[("input", "block"), ("block", "li"), ("li", "li"), ("li", "output")],
+        type_check=False,
+    )
+    gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
+    compare_with_reference(gm, graph, drive(rng, (n,)), 60, DT)
+    _, state = gm(torch.ones(2, n, dtype=torch.float64))
+    assert set(state["nodes"]["block"]["nodes"]) == {"lif"}
+    assert set(state["nodes"]["block"]["delayed"]) == {"w_rec"}
+    assert isinstance(gm.block, torch.fx.GraphModule)
+
+
+def test_two_inputs_two_outputs_fan_in_and_fan_out(rng):
+    graph = nir.NIRGraph(
+        nodes={
+            "a": nir.Input(np.array([3])),
+            "b": nir.Input(np.array([2])),
+            "fa": nir.Affine(rng.normal(size=(4, 3)), rng.normal(size=4)),
+            "fb": nir.Linear(rng.normal(size=(4, 2))),
+            "lif": neuron_params(rng, 4, "LIF"),
+            "li": neuron_params(rng, 4, "LI"),
+            "spikes": nir.Output(np.array([4])),
+            "trace": nir.Output(np.array([4])),
+        },
+        edges=[
+            ("a", "fa"),
+            ("b", "fb"),
+            ("fa", "lif"),
+            ("fb", "lif"),
+            ("lif", "spikes"),
+            ("lif", "li"),
+            ("fa", "li"),
+            ("li", "trace"),
+        ],
+        type_check=False,
+    )
+    gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
+    compare_with_reference(
+        gm, graph, lambda t, name: rng.uniform(0, 3, (BATCH, 3 if name == "a" else 2)), 40, DT
+    )
+    out, state = gm(torch.ones(1, 3, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64), state=None)
+    assert set(out) == {"spikes", "trace"}
+    out2, _ = gm(
+        a=torch.ones(1, 3, dtype=torch.float64), b=torch.ones(1, 2, dtype=torch.float64), state=state
+    )
+    assert set(out2) == {"spikes", "trace"}
+
+
+def test_dotted_names_nest_and_do_not_collide(rng):
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "a.b": nir.Linear(rng.normal(size=(3, 3))),
+            "a_b": nir.Linear(rng.normal(size=(3, 3))),
+            "a": nir.Scale(rng.normal(size=3)),
+            "output": nir.Output(np.array([3])),
+        },
+        edges=[("input", "a.b"), ("a.b", "a_b"), ("a_b", "a"), ("a", "output")],
+        type_check=False,
+    )
+    gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    assert isinstance(gm.a.b, torch.nn.Linear)
+    assert isinstance(gm.a_b, torch.nn.Linear)
+    assert gm.a.b is not gm.a_b
+    assert {"a.b.weight", "a_b.weight", "a.scale"} <= set(gm.state_dict())
+    compare_with_reference(gm, graph, drive(rng, (3,)), 3, DT)
+
+
+def test_state_dict_round_trip_between_two_imports(rng):
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "block.fc": nir.Affine(rng.normal(size=(4, 3)), np.zeros(4)),
+            "block.lif": neuron_params(rng, 4, "LIF"),
+            "output": nir.Output(np.array([4])),
+        },
+        edges=[("input", "block.fc"), ("block.fc", "block.lif"), ("block.lif", "output")],
+        type_check=False,
+    )
+    first, second = nirbridge.nir_to_torch(graph), nirbridge.nir_to_torch(graph)
+    with torch.no_grad():
+        first.block.fc.weight.mul_(2)
+    second.load_state_dict(first.state_dict())
+    assert torch.equal(second.block.fc.weight, first.block.fc.weight)
+
+
+# ----------------------------------------------------------------------------- random graphs
+
+ELEMENTWISE = ["I", "LI", "IF", "LIF", "CubaLI", "CubaLIF", "Scale", "Threshold", "Delay", "Subgraph"]
+
+
+@st.composite
+def random_graphs(draw):
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    n_inputs = draw(st.integers(1, 2))
+    n_layers = draw(st.integers(1, 7))
+    nodes: dict[str, nir.NIRNode] = {}
+    out_dim: dict[str, int] = {}
+    in_dim: dict[str, int] = {}
+    edges: list[tuple[str, str]] = []
+    first_dim = draw(st.integers(1, 4))
+    nodes["in0"] = nir.Input(np.array([first_dim]))
+    out_dim["in0"] = first_dim
+    names: list[str] = ["in0"]
+    for i in range(n_layers):
+        kind = draw(st.sampled_from(["Affine", "Linear", *ELEMENTWISE]))
+        source = draw(st.sampled_from(names))
+        d = out_dim[source]
+        name = f"{kind.lower()}{i}"
+        if kind in ("Affine", "Linear"):
+            d_out = draw(st.integers(1, 5))
+            w = rng.normal(size=(d_out, d)) * 2
+            node = nir.Affine(w, rng.normal(size=d_out)) if kind == "Affine" else nir.Linear(w)
+        elif kind == "Scale":
+            d_out, node = d, nir.Scale(rng.normal(size=d))
+        elif kind == "Threshold":
+            d_out, node = d, nir.Threshold(rng.uniform(-0.5, 0.5, d))
+        elif kind == "Delay":
+            d_out, node = d, nir.Delay(rng.integers(0, 4, d) * DT)
+        elif kind == "Subgraph":
+            d_out, node = d, recurrent_block(rng, d, with_bias=bool(rng.integers(2)))
+        else:
+            d_out, node = d, neuron_params(rng, d, kind)
+        nodes[name], in_dim[name], out_dim[name] = node, d, d_out
+        edges.append((source, name))
+        for other in names:  # skips and fan-in
+            if other != source and out_dim[other] == d and draw(st.booleans()) and draw(st.booleans()):
+                edges.append((other, name))
+        names.append(name)
+    layers = names[1:]
+    for target in layers:  # recurrent loops and self-loops
+        for source in layers:
+            if out_dim[source] == in_dim[target] and names.index(source) >= names.index(target):
+                if draw(st.integers(0, 5)) == 0:
+                    edges.append((source, target))
+    if n_inputs == 2:
+        target = draw(st.sampled_from(layers))
+        nodes["in1"] = nir.Input(np.array([in_dim[target]]))
+        edges.append(("in1", target))
+    n_outputs = draw(st.integers(1, 2))
+    for k in range(n_outputs):
+        source = draw(st.sampled_from(layers))
+        nodes[f"out{k}"] = nir.Output(np.array([out_dim[source]]))
+        edges.append((source, f"out{k}"))
+    order = draw(st.permutations(list(nodes)))
+    shuffled = {k: nodes[k] for k in order}
+    return nir.NIRGraph(nodes=shuffled, edges=edges, type_check=False), seed
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_graphs())
+def test_random_graphs_match_reference(case):
+    graph, seed = case
+    rng = np.random.default_rng(seed + 1)
+    shapes = {n: tuple(int(v) for v in graph.nodes[n].input_type["input"]) for n in input_names(graph)}
+    gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
+    compare_with_reference(gm, graph, lambda t, name: rng.uniform(-1, 3, (2, *shapes[name])), 25, DT)
+
+
+# ----------------------------------------------------------------------------- real files
+
+USABLE = {
+    "NIRTorch__tests__braille.nir": 1e-4,
+    "NIRTorch__tests__lif_norse.nir": 1e-4,
+    "NIR__paper__01_lif__debug_spike_representation__two_lif_neurons.nir": 1e-4,
+    "NIR__paper__01_lif__lif_norse.nir": 1e-4,
+    "NIR__paper__01_lif__lif_rockpool.nir": 1e-4,
+    "NIR__paper__02_cnn__cnn_sinabs.nir": 1.0,
+    "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir": 1e-4,
+    "NIR__paper__03_rnn__braille_noDelay_noBias_subtract.nir": 1e-4,
+    "spyx__docs__examples__nir__rsnn__braille_noDelay_bias_zero_subgraph.nir": 1e-4,
+    "spyx__docs__examples__nir__rsnn__braille_noDelay_noBias_subtract_subgraph.nir": 1e-4,
+    "spyx__docs__examples__nir__scnn__scnn_mnist.nir": 1.0,
+    "spyx_at_00e6ba49__research__paper__scnn_mnist.nir": 1.0,
+    "spyx_at_00e6ba49__research__paper__spyx_shd.nir": 1e-4,
+    "spyx_at_6a2d735b__docs__examples__nir__rsnn__braille_subtract.nir": 1e-4,
+}
+MALFORMED = [
+    "NIR__paper__03_rnn__extras__braille_noDelay_bias_zero_subgraph.nir",
+    "NIR__paper__03_rnn__extras__braille_noDelay_noBias_subtract_subgraph.nir",
+]
+
+
+def test_every_example_file_is_classified():
+    assert sorted(p.name for p in EXAMPLES.glob("*.nir")) == sorted([*USABLE, *MALFORMED])
+
+
+@pytest.mark.parametrize("name", sorted(USABLE))
+def test_real_files_match_reference(name):
+    path = EXAMPLES / name
+    dt = USABLE[name]
+    graph = nirbridge.read(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gm = nirbridge.nir_to_torch(path, dt=dt, dtype=torch.float64)
+    repairs = [w for w in caught if issubclass(w.category, nirbridge.RepairWarning)]
+    expect_repair = name in (
+        "spyx_at_00e6ba49__research__paper__scnn_mnist.nir",
+        "spyx_at_00e6ba49__research__paper__spyx_shd.nir",
+        "NIR__paper__01_lif__lif_rockpool.nir",
+    )
+    assert bool(repairs) == expect_repair, [str(w.message) for w in caught]
+    transpose = frozenset()
+    if "spyx_shd" in name:
+        transpose = frozenset({"linear", "linear_1", "linear_2"})
+    if name == "spyx_at_00e6ba49__research__paper__scnn_mnist.nir":
+        graph.nodes["8"] = nir.Flatten(input_type={"input": np.array([8, 4, 4])}, start_dim=0, end_dim=-1)
+    rng = np.random.default_rng(7)
+    shape = tuple(int(v) for v in graph.nodes[input_names(graph)[0]].input_type["input"])
+    rate = 0.3 if len(shape) > 1 else 0.5
+    scale = 1.0 if len(shape) > 1 else (5.0 if "lif" in name else 1.0)
+    compared = compare_with_reference(
+        gm, graph, lambda t, n: (rng.uniform(size=(2, *shape)) < rate) * scale, 60, dt, transpose=transpose
+    )
+    assert compared > 0
+
+
+@pytest.mark.parametrize("name", MALFORMED)
+def test_malformed_files_name_the_missing_node(name):
+    with pytest.raises(nirbridge.MissingNodeError, match=r"'lif'") as info:
+        nirbridge.nir_to_torch(EXAMPLES / name)
+    assert info.value.missing == "lif"
+    assert "lif1" in str(info.value)
+
+
+def test_file_dt_from_metadata_is_used(tmp_path, rng):
+    graph = chain(neuron_params(rng, 3, "LI"), shape=[3])
+    graph.metadata = {"dt": 2e-4}
+    path = tmp_path / "li.nir"
+    nirbridge.write(path, graph)
+    gm = nirbridge.nir_to_torch(path, dtype=torch.float64)
+    assert gm.n0.dt == pytest.approx(2e-4)
+    compare_with_reference(gm, graph, drive(rng, (3,)), 10, 2e-4)
+    assert nirbridge.nir_to_torch(graph, dt=5e-4).n0.dt == pytest.approx(5e-4)
+    graph.metadata = {}
+    assert nirbridge.nir_to_torch(graph).n0.dt == pytest.approx(1e-4)
+
+
+# ----------------------------------------------------------------------------- state contract
+
+
+@pytest.fixture
+def recurrent_gm(rng):
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "fc": nir.Affine(rng.normal(size=(4, 3)) * 4, np.zeros(4)),
+            "block": recurrent_block(rng, 4),
+            "output": nir.Output(np.array([4])),
+        },
+        edges=[("input", "fc"), ("fc", "block"), ("block", "output")],
+        type_check=False,
+    )
+    return nirbridge.nir_to_torch(graph, dt=DT)
+
+
+@torch.no_grad()
+def test_state_passed_in_is_never_mutated(recurrent_gm):
+    x = torch.rand(2, 3)
+    _, state = recurrent_gm(x)
+    _, state = recurrent_gm(x, state)
+    snapshot = copy.deepcopy(state)
+    out_a, new_state = recurrent_gm(x, state)
+    leaves_before, spec_before = pytree.tree_flatten(snapshot)
+    leaves_after, spec_after = pytree.tree_flatten(state)
+    assert spec_before == spec_after
+    assert all(torch.equal(a, b) for a, b in zip(leaves_before, leaves_after))
+    assert new_state is not state
+    out_b, _ = recurrent_gm(x, snapshot)
+    assert torch.equal(out_a, out_b)
+
+
+def test_fresh_call_starts_from_the_initial_state(recurrent_gm):
+    x = torch.rand(2, 3)
+    first, state = recurrent_gm(x)
+    for _ in range(5):
+        _, state = recurrent_gm(x, state)
+    again, _ = recurrent_gm(x)
+    assert torch.equal(first, again)
+
+
+def test_state_works_with_pytree_deepcopy_pickle_and_batch_changes(recurrent_gm):
+    _, state = recurrent_gm(torch.rand(2, 3, requires_grad=True))
+    detached = pytree.tree_map(lambda t: t.detach(), state)
+    assert all(not t.requires_grad for t in pytree.tree_leaves(detached))
+    assert isinstance(detached["nodes"]["block"]["nodes"]["lif"], nirbridge.neurons.IState)
+    doubled = pytree.tree_map(lambda t: t.double(), detached)
+    assert all(t.dtype == torch.float64 for t in pytree.tree_leaves(doubled))
+    restored = pickle.loads(pickle.dumps(detached))
+    out1, _ = recurrent_gm(torch.ones(2, 3), detached)
+    out2, _ = recurrent_gm(torch.ones(2, 3), restored)
+    assert torch.equal(out1, out2)
+    for batch in (1, 5, 2):
+        out, state = recurrent_gm(torch.rand(batch, 3))
+        out, state = recurrent_gm(torch.rand(batch, 3), state)
+        assert out.shape == (batch, 4)
+
+
+def test_bad_state_gets_a_clear_error(recurrent_gm):
+    with pytest.raises(nirbridge.StateError, match="state=None"):
+        recurrent_gm(torch.rand(2, 3), {"lif": 1})
+
+
+def test_module_can_be_deep_copied_and_pickled(recurrent_gm):
+    x = torch.rand(2, 3)
+    expected, _ = recurrent_gm(x)
+    clone = copy.deepcopy(recurrent_gm)
+    assert torch.equal(clone(x)[0], expected)
+
+
+# ----------------------------------------------------------------------------- dtypes, devices, gradients
+
+
+def test_float32_and_float64(rng):
+    graph = chain(
+        nir.Affine(rng.normal(size=(4, 3)), rng.normal(size=4)), neuron_params(rng, 4, "CubaLIF"), shape=[3]
+    )
+    for dtype in (torch.float32, torch.float64):
+        gm = nirbridge.nir_to_torch(graph, dtype=dtype)
+        assert {p.dtype for p in gm.parameters()} == {dtype}
+        assert {b.dtype for b in gm.buffers() if b.is_floating_point()} == {dtype}
+        out, state = gm(torch.rand(2, 3, dtype=dtype))
+        assert out.dtype == dtype
+        assert all(t.dtype == dtype for t in pytree.tree_leaves(state))
+    gm32 = nirbridge.nir_to_torch(graph, dtype=torch.float32)
+    compare_with_reference(gm32.double(), graph, drive(rng, (3,)), 20, DT, atol=1e-6)
+
+
+def test_gradient_flows_through_an_imported_lif_network(rng):
+    graph = chain(
+        nir.Affine(rng.normal(size=(8, 4)), np.zeros(8)),
+        neuron_params(rng, 8, "LIF"),
+        nir.Affine(rng.normal(size=(3, 8)), np.zeros(3)),
+        neuron_params(rng, 3, "LI"),
+        shape=[4],
+    )
+    gm = nirbridge.nir_to_torch(graph, dt=DT)
+    state, loss = None, 0.0
+    for _ in range(20):
+        out, state = gm(torch.rand(2, 4) * 5, state)
+        loss = loss + out.pow(2).sum()
+    loss.backward()
+    grad = gm.n0.weight.grad
+    assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
+    optimiser = torch.optim.SGD(gm.parameters(), lr=0.1)
+    before = gm.n0.weight.detach().clone()
+    optimiser.step()
+    assert not torch.equal(before, gm.n0.weight)
+
+
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_runs_on_every_available_device(rng, device):
+    graph = chain(
+        nir.Affine(rng.normal(size=(4, 3)), rng.normal(size=4)), neuron_params(rng, 4, "LIF"), shape=[3]
+    )
+    gm = nirbridge.nir_to_torch(graph, device=device, dtype=torch.float64)
+    assert {p.device.type for p in gm.parameters()} == {device}
+    out, state = gm(torch.rand(2, 3, device=device, dtype=torch.float64))
+    out, state = gm(torch.rand(2, 3, device=device, dtype=torch.float64), state)
+    assert out.device.type == device
+    assert {t.device.type for t in pytree.tree_leaves(state)} == {device}
+
+
+# ----------------------------------------------------------------------------- maps and errors
+
+
+def test_node_map_wins_and_default_map_empty_removes_defaults(rng):
+    graph = chain(
+        nir.Affine(rng.normal(size=(4, 3)), rng.normal(size=4)), neuron_params(rng, 4, "LIF"), shape=[3]
+    )
+    calls = []
+
+    def my_lif(node):
+        calls.append(node)
+        return LIF(
+            tau=node.tau, r=node.r, v_leak=node.v_leak, v_threshold=node.v_threshold * 2, v_reset=node.v_reset
+        )
+
+    gm = nirbridge.nir_to_torch(graph, node_map={nir.LIF: my_lif})
+    assert len(calls) == 1 and torch.allclose(
+        gm.n1.v_threshold, torch.tensor(graph.nodes["n1"].v_threshold * 2, dtype=torch.float32)
+    )
+    with pytest.raises(nirbridge.UnsupportedNodeError) as info:
+        nirbridge.nir_to_torch(graph, node_map={nir.LIF: my_lif}, default_map={})
+    assert "Affine: 'n0'" in str(info.value) and "node_map" in str(info.value)
+    gm = nirbridge.nir_to_torch(
+        graph, node_map={nir.LIF: my_lif, nir.Affine: lambda n: torch.nn.Identity()}, default_map={}
+    )
+    assert isinstance(gm.n0, torch.nn.Identity)
+
+
+def test_unknown_node_types_are_all_listed_at_once(rng):
+    class Mystery(nir.NIRNode):
+        def __init__(self):
+            self.metadata = {}
+
+    sub = nir.NIRGraph(
+        nodes={"input": nir.Input(np.array([2])), "inner": Mystery(), "output": nir.Output(np.array([2]))},
+        edges=[("input", "inner"), ("inner", "output")],
+        type_check=False,
+    )
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([2])),
+            "m1": Mystery(),
+            "sub": sub,
+            "m2": Mystery(),
+            "output": nir.Output(np.array([2])),
+        },
+        edges=[("input", "m1"), ("m1", "sub"), ("sub", "m2"), ("m2", "output")],
+        type_check=False,
+    )
+    with pytest.raises(nirbridge.UnsupportedNodeError) as info:
+        nirbridge.nir_to_torch(graph)
+    message = str(info.value)
+    for name in ("'m1'", "'m2'", "'sub.inner'", "Mystery", "node_map={nir.Mystery: fn}"):
+        assert name in message
+    assert info.value.offenders == {"Mystery": ["m1", "sub.inner", "m2"]}
+
+
+def test_missing_node_in_edge_and_missing_input(rng):
+    lif = neuron_params(rng, 2, "LIF")
+    graph = nir.NIRGraph(
+        nodes={"input": nir.Input(np.array([2])), "lif": lif, "output": nir.Output(np.array([2]))},
+        edges=[("input", "lif"), ("lif", "out")],
+        type_check=False,
+    )
+    with pytest.raises(nirbridge.MissingNodeError, match="'out'"):
+        nirbridge.nir_to_torch(graph)
+    graph = nir.NIRGraph(
+        nodes={"lif": lif, "output": nir.Output(np.array([2]))}, edges=[("lif", "output")], type_check=False
+    )
+    with pytest.raises(nirbridge.GraphStructureError, match="no Input"):
+        nirbridge.nir_to_torch(graph)
+
+
+def test_unreachable_and_unfed_nodes_are_errors(rng):
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([2])),
+            "a": nir.Scale(np.ones(2)),
+            "b": nir.Scale(np.ones(2)),
+            "output": nir.Output(np.array([2])),
+        },
+        edges=[("input", "a"), ("a", "output"), ("b", "b")],
+        type_check=False,
+    )
+    with pytest.raises(nirbridge.GraphStructureError, match=r"\['b'\]"):
+        nirbridge.nir_to_torch(graph)
+
+
+def test_weight_shape_mismatch_names_the_node(rng):
+    graph = chain(
+        nir.Affine(rng.normal(size=(4, 3)), np.zeros(4)), nir.Linear(rng.normal(size=(2, 5))), shape=[3]
+    )
+    with pytest.raises(nirbridge.ShapeMismatchError, match="'n1'.*expects 5 input features"):
+        nirbridge.nir_to_torch(graph)
+    graph = chain(nir.Affine(rng.normal(size=(4, 3)), np.zeros(4)), neuron_params(rng, 5, "LIF"), shape=[3])
+    with pytest.raises(nirbridge.ShapeMismatchError, match="'n1'"):
+        nirbridge.nir_to_torch(graph)
+
+
+def test_a_failing_converter_is_reraised_naming_the_node(rng):
+    graph = chain(neuron_params(rng, 2, "LIF"), shape=[2])
+
+    def broken(node):
+        raise RuntimeError("boom")
+
+    with pytest.raises(
+        nirbridge.NodeConversionError, match=r"while converting node 'n0' \(LIF\): RuntimeError: boom"
+    ):
+        nirbridge.nir_to_torch(graph, node_map={nir.LIF: broken})
+
+
+def test_bad_dt_and_dtype_are_rejected(rng):
+    graph = chain(neuron_params(rng, 2, "LIF"), shape=[2])
+    for bad in (0, -1e-4, float("nan"), "fast"):
+        with pytest.raises(nirbridge.ParameterError, match="dt"):
+            nirbridge.nir_to_torch(graph, dt=bad)
+    with pytest.raises(nirbridge.ParameterError, match="dtype"):
+        nirbridge.nir_to_torch(graph, dtype=torch.int32)
+
+
+def test_single_node_returns_its_module(rng):
+    module = nirbridge.nir_to_torch(neuron_params(rng, 3, "CubaLIF"), dt=2e-4)
+    assert isinstance(module, nirbridge.neurons.CubaLIF) and module.dt == pytest.approx(2e-4)
+    assert isinstance(nirbridge.nir_to_torch(nir.Affine(np.eye(2), np.zeros(2))), torch.nn.Linear)
+
+
+def test_generated_code_is_readable(recurrent_gm):
+    code = recurrent_gm.code
+    assert "def forward(self, input, state = None)" in code
+    assert "self.block(" in code and "self.fc(" in code
+    assert "'nodes'" in code and "'delayed'" in code
+    inner = recurrent_gm.block.code
+    assert "delayed_outputs.get('w_rec')" in inner
+
+
+def test_odd_names_inputs_and_reserved_attributes(rng):
+    graph = nir.NIRGraph(
+        nodes={
+            "in": nir.Input(np.array([2])),
+            "0": nir.Scale(np.ones(2) * 2),
+            "type": nir.Scale(np.ones(2) * 3),
+            "out": nir.Output(np.array([2])),
+        },
+        edges=[("in", "0"), ("0", "type"), ("type", "out")],
+        type_check=False,
+    )
+    with pytest.warns(nirbridge.RepairWarning, match="'type'"):
+        gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    out, _ = gm(torch.ones(1, 2, dtype=torch.float64))
+    assert torch.equal(out, torch.full((1, 2), 6.0, dtype=torch.float64))

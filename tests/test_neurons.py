@@ -1,0 +1,108 @@
+"""nirbridge.neurons: the modules' API and their equations, checked in plain numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import nirbridge
+from nirbridge.neurons import IF, LI, LIF, CubaLI, CubaLIF, Delay, I
+from nirbridge.neurons.functional import SURROGATE_ALPHA, spike
+
+DT = 1e-4
+
+
+def run(module, xs):
+    state, outs = None, []
+    for x in xs:
+        out, state = module(torch.from_numpy(x), state)
+        outs.append(out.numpy())
+    return np.stack(outs), state
+
+
+def test_lif_by_hand():
+    tau, r, v_leak, thr, reset = (
+        np.array([2e-3, 5e-4]),
+        np.array([1.0, 2.0]),
+        np.array([0.1, -0.1]),
+        np.array([0.5, 0.3]),
+        np.array([0.0, -0.2]),
+    )
+    xs = np.random.default_rng(0).uniform(0, 20, (40, 1, 2))
+    lif = LIF(tau=tau, r=r, v_leak=v_leak, v_threshold=thr, v_reset=reset, dt=DT).double()
+    got, state = run(lif, xs)
+    v = v_leak.copy()
+    for t, x in enumerate(xs[:, 0]):
+        v = v + DT / tau * (v_leak - v + r * x)
+        z = v > thr
+        v = np.where(z, reset, v)
+        np.testing.assert_array_equal(got[t, 0], z.astype(float))
+    np.testing.assert_allclose(state.v.numpy()[0], v, atol=1e-12)
+    assert got.sum() > 0
+
+
+@pytest.mark.parametrize("cls", [LI, CubaLI, LIF, CubaLIF])
+def test_leaky_models_start_at_v_leak(cls):
+    kwargs = {"tau": 1e-3} if cls in (LI, LIF) else {"tau_syn": 1e-3, "tau_mem": 2e-3}
+    module = cls(**kwargs, v_leak=np.array([0.25, -0.5]), dt=DT).double()
+    _, state = module(torch.zeros(3, 2, dtype=torch.float64))
+    # with zero input the potential stays at the leak potential
+    np.testing.assert_allclose(state.v.numpy(), np.tile([0.25, -0.5], (3, 1)), atol=1e-15)
+
+
+def test_integrators_start_at_zero_and_integrate():
+    out, state = I(r=np.array([2.0]), dt=0.5).double()(torch.ones(1, 1, dtype=torch.float64))
+    assert out.item() == pytest.approx(1.0)
+    z, state = IF(r=1.0, v_threshold=0.9, dt=1.0).double()(torch.ones(1, 1, dtype=torch.float64))
+    assert z.item() == 1.0 and state.v.item() == 0.0
+
+
+def test_cuba_lif_uses_the_new_current():
+    m = CubaLIF(tau_syn=2 * DT, tau_mem=4 * DT, r=1.0, v_leak=0.0, v_threshold=10.0, w_in=3.0, dt=DT).double()
+    _, s = m(torch.ones(1, 1, dtype=torch.float64))
+    i = 0 + DT / (2 * DT) * (-0 + 3.0 * 1)
+    v = 0 + DT / (4 * DT) * (0 - 0 + 1.0 * i)
+    assert s.i.item() == pytest.approx(i) and s.v.item() == pytest.approx(v)
+
+
+def test_threshold_is_strict():
+    z, _ = IF(r=1.0, v_threshold=1.0, dt=1.0).double()(torch.ones(1, 1, dtype=torch.float64))
+    assert z.item() == 0.0
+
+
+def test_delay_per_element():
+    d = Delay(np.array([0.0, 1e-3, 3e-3]), dt=1e-3).double()
+    xs = np.arange(1, 7, dtype=np.float64)[:, None, None] * np.ones((1, 1, 3))
+    got, _ = run(d, xs)
+    np.testing.assert_array_equal(got[:, 0, 0], [1, 2, 3, 4, 5, 6])
+    np.testing.assert_array_equal(got[:, 0, 1], [0, 1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(got[:, 0, 2], [0, 0, 0, 1, 2, 3])
+
+
+def test_surrogate_gradient_value():
+    v = torch.tensor([0.9, 1.0, 1.3], dtype=torch.float64, requires_grad=True)
+    z = spike(v, torch.tensor(1.0, dtype=torch.float64))
+    z.sum().backward()
+    expected = 1 / (SURROGATE_ALPHA * np.abs(np.array([0.9, 1.0, 1.3]) - 1.0) + 1) ** 2
+    np.testing.assert_allclose(v.grad.numpy(), expected)
+    np.testing.assert_array_equal(z.detach().numpy(), [0, 0, 1])
+
+
+def test_bad_parameters_raise_parameter_error():
+    with pytest.raises(nirbridge.ParameterError, match="dt"):
+        LIF(tau=1e-3, dt=0)
+    with pytest.raises(nirbridge.ParameterError, match="'tau'.*numeric"):
+        LIF(tau="slow")
+    with pytest.raises(nirbridge.ParameterError, match="do not broadcast"):
+        LIF(tau=np.ones(3), r=np.ones(2))
+    with pytest.raises(nirbridge.ParameterError, match="non-negative"):
+        Delay(np.array([-1e-3]))
+
+
+def test_to_nir_round_trip():
+    lif = LIF(tau=np.array([1e-3, 2e-3]), r=2.0, v_leak=0.0, v_threshold=1.0, v_reset=0.0)
+    node = lif.to_nir()
+    assert node.tau.tolist() == pytest.approx([1e-3, 2e-3])
+    again = LIF.from_nir(node, dt=DT)
+    assert torch.equal(again.tau, lif.tau)

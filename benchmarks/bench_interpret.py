@@ -26,17 +26,19 @@ import nirbridge
 from nirbridge.interpret import DEFAULT_MAP
 
 
-def chain(pairs: int, width: int = 8, seed: int = 0) -> nir.NIRGraph:
+def affine_lif_chain(
+    pairs: int, width: int, seed: int = 0, gain: float = 1.0, r: float = 1.0, tau: tuple = (2e-3, 2e-3)
+) -> nir.NIRGraph:
+    """Input -> (Affine -> LIF) x pairs -> Output, weights N(0, gain^2 / width)."""
     rng = np.random.default_rng(seed)
     nodes: dict[str, nir.NIRNode] = {"input": nir.Input(np.array([width]))}
     edges, previous = [], "input"
     for i in range(pairs):
-        nodes[f"fc{i}"] = nir.Affine(
-            rng.normal(size=(width, width)).astype(np.float32), np.zeros(width, np.float32)
-        )
+        weight = rng.normal(size=(width, width)) * gain / np.sqrt(width)
+        nodes[f"fc{i}"] = nir.Affine(weight.astype(np.float32), np.zeros(width, np.float32))
         nodes[f"lif{i}"] = nir.LIF(
-            tau=np.full(width, 2e-3),
-            r=np.ones(width),
+            tau=rng.uniform(*tau, width),
+            r=np.full(width, r),
             v_leak=np.zeros(width),
             v_threshold=np.ones(width),
             v_reset=np.zeros(width),
@@ -67,7 +69,7 @@ def bench_build(sizes: list[int], quick: bool) -> None:
     print("build time (s), Affine->LIF chain")
     print(f"{'nodes':>7} {'nirbridge':>10} {'nirtorch':>10} {'ratio':>8}")
     for pairs in sizes:
-        graph = chain(pairs)
+        graph = affine_lif_chain(pairs, width=8)
         n_nodes = len(graph.nodes)
         ours = best_of(lambda g=graph: nirbridge.nir_to_torch(g), 3)
         if quick and n_nodes > 1000:
@@ -77,31 +79,8 @@ def bench_build(sizes: list[int], quick: bool) -> None:
         print(f"{n_nodes:>7} {ours:>10.3f} {theirs:>10.3f} {theirs / ours:>7.0f}x")
 
 
-def network(layers: int = 4, width: int = 128, seed: int = 1) -> nir.NIRGraph:
-    rng = np.random.default_rng(seed)
-    nodes: dict[str, nir.NIRNode] = {"input": nir.Input(np.array([width]))}
-    edges, previous = [], "input"
-    for i in range(layers):
-        nodes[f"fc{i}"] = nir.Affine(
-            (rng.normal(size=(width, width)) / np.sqrt(width) * 4).astype(np.float32),
-            np.zeros(width, np.float32),
-        )
-        nodes[f"lif{i}"] = nir.LIF(
-            tau=rng.uniform(1e-3, 5e-3, width),
-            r=np.full(width, 10.0),
-            v_leak=np.zeros(width),
-            v_threshold=np.ones(width),
-            v_reset=np.zeros(width),
-        )
-        edges += [(previous, f"fc{i}"), (f"fc{i}", f"lif{i}")]
-        previous = f"lif{i}"
-    nodes["output"] = nir.Output(np.array([width]))
-    edges.append((previous, "output"))
-    return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
-
-
 def bench_step(steps: int, repeats: int, device: str) -> None:
-    graph = network()
+    graph = affine_lif_chain(4, width=128, seed=1, gain=4.0, r=10.0, tau=(1e-3, 5e-3))
     ours = nirbridge.nir_to_torch(graph, dt=1e-4, device=device)
     theirs = nirtorch.nir_to_torch(graph, NIRTORCH_MAP, device=device)
     theirs.load_state_dict(ours.state_dict())

@@ -127,6 +127,10 @@ def nir_to_torch(
         module: torch.nn.Module = _build(graph, the_plan, shapes, merged, dt, "")
         module.meta["nirbridge"]["dt"] = dt
     else:
+        if isinstance(graph, _STRUCTURAL):
+            raise NirBridgeError(
+                f"a lone {type(graph).__name__} node has no module; pass the graph that holds it"
+            )
         _check_supported(nir.NIRGraph(nodes={"node": graph}, edges=[], type_check=False), merged)
         module = _convert("node", graph, merged, dt)
     module = module.to(dtype=target_dtype)

@@ -693,6 +693,8 @@ def test_single_node_returns_its_module(rng):
     module = nirbridge.nir_to_torch(neuron_params(rng, 3, "CubaLIF"), dt=2e-4)
     assert isinstance(module, nirbridge.neurons.CubaLIF) and module.dt == pytest.approx(2e-4)
     assert isinstance(nirbridge.nir_to_torch(nir.Affine(np.eye(2), np.zeros(2))), torch.nn.Linear)
+    with pytest.raises(nirbridge.NirBridgeError, match="lone Input"):
+        nirbridge.nir_to_torch(nir.Input(np.array([2])))
 
 
 def test_generated_code_is_readable(recurrent_gm):

@@ -91,6 +91,8 @@ class _Neuron(torch.nn.Module):
     def from_nir(cls, node: Any, dt: float = DEFAULT_DT) -> _Neuron:
         """Build the module from a NIR node of the matching type."""
         values = {name: getattr(node, name) for name in cls.params}
+        if "v_reset" in values and values["v_reset"] is None:  # nir's default reset is 0
+            values["v_reset"] = np.zeros_like(node.v_threshold)
         return cls(dt=dt, **values)
 
     def to_nir(self) -> Any:
@@ -169,11 +171,6 @@ class IF(_Neuron):
     ) -> None:
         super().__init__(dt, r=r, v_threshold=v_threshold, v_reset=v_reset)
 
-    @classmethod
-    def from_nir(cls, node: Any, dt: float = DEFAULT_DT) -> IF:
-        reset = node.v_reset if node.v_reset is not None else np.zeros_like(node.v_threshold)
-        return cls(r=node.r, v_threshold=node.v_threshold, v_reset=reset, dt=dt)
-
     def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
         if state is None:
             state = F.IState(x.new_zeros(self._shape(x)))
@@ -208,18 +205,6 @@ class LIF(_Neuron):
         dt: float = DEFAULT_DT,
     ) -> None:
         super().__init__(dt, tau=tau, r=r, v_leak=v_leak, v_threshold=v_threshold, v_reset=v_reset)
-
-    @classmethod
-    def from_nir(cls, node: Any, dt: float = DEFAULT_DT) -> LIF:
-        reset = node.v_reset if node.v_reset is not None else np.zeros_like(node.v_threshold)
-        return cls(
-            tau=node.tau,
-            r=node.r,
-            v_leak=node.v_leak,
-            v_threshold=node.v_threshold,
-            v_reset=reset,
-            dt=dt,
-        )
 
     def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
         if state is None:
@@ -304,20 +289,6 @@ class CubaLIF(_Neuron):
             v_threshold=v_threshold,
             v_reset=v_reset,
             w_in=w_in,
-        )
-
-    @classmethod
-    def from_nir(cls, node: Any, dt: float = DEFAULT_DT) -> CubaLIF:
-        reset = node.v_reset if node.v_reset is not None else np.zeros_like(node.v_threshold)
-        return cls(
-            tau_syn=node.tau_syn,
-            tau_mem=node.tau_mem,
-            r=node.r,
-            v_leak=node.v_leak,
-            v_threshold=node.v_threshold,
-            v_reset=reset,
-            w_in=node.w_in,
-            dt=dt,
         )
 
     def forward(

@@ -348,6 +348,7 @@ class Shapes:
     fixes: dict[str, Any]  # repaired copies of nodes, by name
     nested: dict[str, Shapes] = dataclasses.field(default_factory=dict)  # subgraph results
     output: Shape | None = None  # the single Output node's shape, None if several
+    plan: Plan | None = None  # the plan the shapes were inferred along
 
 
 _ELEMENTWISE = (nir.I, nir.IF, nir.LI, nir.LIF, nir.CubaLI, nir.CubaLIF, nir.Threshold, nir.Delay, nir.Scale)
@@ -367,7 +368,7 @@ def infer_shapes(
     names the node.
     """
     nodes = graph.nodes
-    result = Shapes({}, {}, {}, {})
+    result = Shapes({}, {}, {}, {}, plan=the_plan)
     successors: dict[str, list[str]] = {}
     for target, sources in the_plan.incoming.items():
         for source, _ in sources:

@@ -393,7 +393,10 @@ def _build_subgraph(
     dt: float,
     parent_plan: graph_utils.Plan,
 ) -> fx.GraphModule:
-    sub_plan = graph_utils.plan(node, label)
+    sub_shapes = shapes.nested.get(name)
+    sub_plan = sub_shapes.plan if sub_shapes is not None else None
+    if sub_plan is None:
+        sub_plan = graph_utils.plan(node, label)
     if len(sub_plan.inputs) != 1:
         raise GraphStructureError(
             f"subgraph {label!r} has {len(sub_plan.inputs)} Input nodes; an edge into a "
@@ -405,7 +408,6 @@ def _build_subgraph(
             f"subgraph {label!r} has {len(sub_plan.outputs)} Output nodes but edges leave "
             "it; an edge out of a subgraph reads its single Output node"
         )
-    sub_shapes = shapes.nested.get(name)
     if sub_shapes is None:
         sub_shapes = graph_utils.infer_shapes(node, sub_plan, None, label)
     return _build(node, sub_plan, sub_shapes, node_map, dt, label)

@@ -69,13 +69,7 @@ def _value(item: h5py.Dataset) -> Any:
 
 
 def _read_metadata(group: h5py.Group) -> dict[str, Any]:
-    if "metadata" not in group:
-        return {}
-    meta = group["metadata"]
-    return {
-        key: (_read_metadata_group(item) if isinstance(item, h5py.Group) else _value(item))
-        for key, item in meta.items()
-    }
+    return _read_metadata_group(group["metadata"]) if "metadata" in group else {}
 
 
 def _read_metadata_group(group: h5py.Group) -> dict[str, Any]:

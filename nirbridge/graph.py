@@ -22,7 +22,13 @@ from typing import Any
 import nir
 import numpy as np
 
-from .errors import GraphStructureError, MissingNodeError, RepairWarning, ShapeMismatchError
+from .errors import (
+    GraphStructureError,
+    MissingNodeError,
+    ParameterError,
+    RepairWarning,
+    ShapeMismatchError,
+)
 
 Shape = tuple[int, ...]
 
@@ -180,13 +186,22 @@ def _shape(value: Any) -> Shape | None:
     return tuple(int(v) for v in array.reshape(-1))
 
 
-def _pair(value: Any, name: str, node_name: str) -> tuple[int, int]:
+def ints(value: Any, count: int, what: str, owner: str) -> tuple[int, ...]:
+    """``count`` integers from one integer or ``count`` of them (NIR stores both)."""
     array = np.asarray(value).reshape(-1)
     if array.size == 1:
-        return int(array[0]), int(array[0])
-    if array.size == 2:
-        return int(array[0]), int(array[1])
-    raise ShapeMismatchError(f"node {node_name!r}: {name} must be one or two integers, got {value!r}")
+        return (int(array[0]),) * count
+    if array.size != count:
+        raise ParameterError(f"{owner}: {what} needs 1 or {count} integers, got {value!r}")
+    return tuple(int(v) for v in array)
+
+
+def pool_args(node: Any, owner: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(kernel, stride, padding) of a pooling node; stride defaults to the kernel, padding to 0."""
+    kernel = ints(node.kernel_size, 2, "kernel_size", owner)
+    stride = ints(node.stride, 2, "stride", owner) if np.size(node.stride) else kernel
+    padding = ints(node.padding, 2, "padding", owner) if np.size(node.padding) else (0, 0)
+    return kernel, stride, padding
 
 
 def node_shape(node: Any) -> Shape | None:
@@ -293,9 +308,7 @@ def _pool_shape(name: str, node: Any, shape: Shape) -> Shape:
         raise ShapeMismatchError(
             f"node {name!r} ({type(node).__name__}): expects input (C, H, W), got {shape}"
         )
-    kernel = _pair(node.kernel_size, "kernel_size", name)
-    stride = _pair(node.stride if np.size(node.stride) else node.kernel_size, "stride", name)
-    padding = _pair(node.padding if np.size(node.padding) else 0, "padding", name)
+    kernel, stride, padding = pool_args(node, f"node {name!r} ({type(node).__name__})")
     hw = tuple(_conv_out(shape[1 + i], kernel[i], stride[i], padding[i], 1) for i in range(2))
     return (shape[0], *hw)
 
@@ -314,12 +327,9 @@ def _conv_shape(name: str, node: Any, shape: Shape) -> Shape:
             f"node {name!r} ({type(node).__name__}): weight {weight.shape} with groups={groups} "
             f"expects {weight.shape[1] * groups} input channels but receives {shape[0]}"
         )
-
-    def per_dim(value: Any) -> list[int]:
-        array = np.asarray(value).reshape(-1)
-        return [int(array[0])] * dims if array.size == 1 else [int(v) for v in array]
-
-    stride, dilation = per_dim(node.stride), per_dim(node.dilation)
+    owner = f"node {name!r} ({type(node).__name__})"
+    stride = ints(node.stride, dims, "stride", owner)
+    dilation = ints(node.dilation, dims, "dilation", owner)
     padding = node.padding
     if isinstance(padding, bytes):
         padding = padding.decode()
@@ -327,7 +337,7 @@ def _conv_shape(name: str, node: Any, shape: Shape) -> Shape:
         if padding == "same":
             return (weight.shape[0], *shape[1:])
         padding = 0
-    pad = per_dim(padding)
+    pad = ints(padding, dims, "padding", owner)
     out = [_conv_out(shape[1 + i], weight.shape[2 + i], stride[i], pad[i], dilation[i]) for i in range(dims)]
     return (weight.shape[0], *out)
 

@@ -177,8 +177,6 @@ def _convert(name: str, node: Any, node_map: Mapping[type, Any], dt: float) -> t
     assert fn is not None  # _check_supported ran first
     try:
         module = fn(node, dt=dt) if _accepts_dt(fn) else fn(node)
-    except NirBridgeError as error:
-        raise NodeConversionError(name, type(node).__name__, error) from error
     except Exception as error:
         raise NodeConversionError(name, type(node).__name__, error) from error
     if not isinstance(module, torch.nn.Module):

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import ParameterError
+from .graph import ints, pool_args
 from .neurons.functional import spike
 
 __all__ = [
@@ -36,15 +37,6 @@ __all__ = [
 
 def _tensor(value: Any) -> torch.Tensor:
     return torch.from_numpy(np.array(value, dtype=np.float64))
-
-
-def _ints(value: Any, count: int, what: str, node_type: str) -> tuple[int, ...]:
-    array = np.asarray(value).reshape(-1)
-    if array.size == 1:
-        return (int(array[0]),) * count
-    if array.size != count:
-        raise ParameterError(f"{node_type}: {what} needs 1 or {count} integers, got {value!r}")
-    return tuple(int(v) for v in array)
 
 
 class Scale(torch.nn.Module):
@@ -146,7 +138,7 @@ def _padding(value: Any, count: int, node_type: str) -> str | tuple[int, ...]:
         if value not in ("same", "valid"):
             raise ParameterError(f"{node_type}: padding must be 'same', 'valid' or integers, got {value!r}")
         return value
-    return _ints(value, count, "padding", node_type)
+    return ints(value, count, "padding", node_type)
 
 
 def _conv(node: Any, dims: int) -> torch.nn.Module:
@@ -158,8 +150,8 @@ def _conv(node: Any, dims: int) -> torch.nn.Module:
             f"got shape {tuple(weight.shape)}"
         )
     groups = int(np.asarray(node.groups).reshape(-1)[0])
-    stride = _ints(node.stride, dims, "stride", node_type)
-    dilation = _ints(node.dilation, dims, "dilation", node_type)
+    stride = ints(node.stride, dims, "stride", node_type)
+    dilation = ints(node.dilation, dims, "dilation", node_type)
     padding = _padding(node.padding, dims, node_type)
     if padding == "same" and any(s != 1 for s in stride):
         raise ParameterError(
@@ -201,23 +193,15 @@ def conv2d_to_torch(node: nir.Conv2d) -> torch.nn.Conv2d:
     return _conv(node, 2)
 
 
-def _pool_args(node: Any) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
-    node_type = type(node).__name__
-    kernel = _ints(node.kernel_size, 2, "kernel_size", node_type)
-    stride = _ints(node.stride, 2, "stride", node_type) if np.size(node.stride) else kernel
-    padding = _ints(node.padding, 2, "padding", node_type) if np.size(node.padding) else (0, 0)
-    return kernel, stride, padding  # type: ignore[return-value]
-
-
 def avgpool2d_to_torch(node: nir.AvgPool2d) -> torch.nn.AvgPool2d:
     """AvgPool2d as ``torch.nn.AvgPool2d`` (zero padding counted in the average)."""
-    kernel, stride, padding = _pool_args(node)
+    kernel, stride, padding = pool_args(node, "AvgPool2d")
     return torch.nn.AvgPool2d(kernel, stride, padding, count_include_pad=True)
 
 
 def sumpool2d_to_torch(node: nir.SumPool2d) -> SumPool2d:
     """SumPool2d: the sum over each window, with zero padding."""
-    return SumPool2d(*_pool_args(node))
+    return SumPool2d(*pool_args(node, "SumPool2d"))
 
 
 def flatten_to_torch(node: nir.Flatten) -> Flatten:

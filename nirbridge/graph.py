@@ -34,6 +34,7 @@ Shape = tuple[int, ...]
 
 __all__ = [
     "Plan",
+    "check_edges",
     "check_structure",
     "evaluation_order",
     "Shapes",
@@ -46,12 +47,12 @@ def _where(path: str) -> str:
     return f" in subgraph '{path}'" if path else ""
 
 
-def check_structure(graph: nir.NIRGraph, path: str = "") -> None:
-    """Check that every edge names existing nodes and that the graph has an Input.
+def check_edges(graph: nir.NIRGraph, path: str = "") -> None:
+    """Check that ``graph.nodes`` is a dict and every edge is a pair of its node names.
 
     Recurses into nested graphs. ``path`` is the dotted name of ``graph`` inside its
-    parent, used in messages. Raises :class:`MissingNodeError` or
-    :class:`GraphStructureError`.
+    parent, used in messages. Raises :class:`MissingNodeError` naming the edge and the
+    missing node, or :class:`GraphStructureError`.
     """
     nodes = graph.nodes
     if not isinstance(nodes, Mapping):
@@ -66,6 +67,25 @@ def check_structure(graph: nir.NIRGraph, path: str = "") -> None:
         for end in (src, dst):
             if end not in nodes:
                 raise MissingNodeError((src, dst), end, path)
+    for name, node in nodes.items():
+        if isinstance(node, nir.NIRGraph):
+            check_edges(node, f"{path}.{name}" if path else name)
+
+
+def check_structure(graph: nir.NIRGraph, path: str = "") -> None:
+    """Check that the graph can be evaluated: valid edges, an Input, nothing feeding an
+    Input, and node names whose dotted parts are non-empty.
+
+    Recurses into nested graphs. Raises :class:`MissingNodeError` or
+    :class:`GraphStructureError`.
+    """
+    check_edges(graph, path)
+    _check_level(graph, path)
+
+
+def _check_level(graph: nir.NIRGraph, path: str) -> None:
+    nodes = graph.nodes
+    for src, dst in graph.edges:
         if isinstance(nodes[dst], nir.Input):
             raise GraphStructureError(
                 f"edge {src!r} -> {dst!r}{_where(path)} feeds Input node {dst!r}; Input nodes "
@@ -79,7 +99,7 @@ def check_structure(graph: nir.NIRGraph, path: str = "") -> None:
     for name, node in nodes.items():
         sub_path = f"{path}.{name}" if path else name
         if isinstance(node, nir.NIRGraph):
-            check_structure(node, sub_path)
+            _check_level(node, sub_path)
         for segment in name.split("."):
             if not segment:
                 raise GraphStructureError(
@@ -145,15 +165,23 @@ class Plan:
     outputs: list[str]
 
 
-def plan(graph: nir.NIRGraph, path: str = "") -> Plan:
-    """Check ``graph``'s structure and compute its evaluation plan (see module docs)."""
-    check_structure(graph, path)
+def plan(graph: nir.NIRGraph, path: str = "", strict: bool = True) -> Plan:
+    """Check ``graph``'s structure and compute its evaluation plan (see module docs).
+
+    With ``strict=False`` only the edges are checked (:func:`check_edges`), and nodes
+    that no Input reaches are left out of ``order`` instead of raising: the plan then
+    serves shape inference of whatever part of a graph can be evaluated.
+    """
+    if not strict:
+        check_edges(graph, path)
+    else:
+        check_structure(graph, path)
     names = list(graph.nodes)
     edges = [(str(a), str(b)) for a, b in graph.edges]
     inputs = [n for n in names if isinstance(graph.nodes[n], nir.Input)]
     outputs = [n for n in names if isinstance(graph.nodes[n], nir.Output)]
     order, delayed, unreached = evaluation_order(names, edges, inputs)
-    if unreached:
+    if unreached and strict:
         raise GraphStructureError(
             f"nodes {unreached}{_where(path)} cannot be reached from any Input node, so "
             "nothing drives them. Add edges from the Input to them, or remove them."
@@ -165,7 +193,7 @@ def plan(graph: nir.NIRGraph, path: str = "") -> Plan:
         incoming[dst].append((src, is_delayed))
         if is_delayed and src not in delayed_sources:
             delayed_sources.append(src)
-    for name in names:
+    for name in names if strict else ():
         node = graph.nodes[name]
         if not isinstance(node, nir.Input) and not incoming[name]:
             raise GraphStructureError(
@@ -369,6 +397,7 @@ def infer_shapes(
     the_plan: Plan,
     input_shapes: Mapping[str, Shape | None] | None = None,
     path: str = "",
+    strict: bool = True,
 ) -> Shapes:
     """Propagate shapes (batch axis excluded) through one graph level.
 
@@ -416,7 +445,7 @@ def infer_shapes(
             fallback = node_shape(node) if isinstance(node, _ELEMENTWISE) else None
             result.outputs[name] = fallback
             continue
-        out, fixed = _node_out_shape(path, name, node, shape, successors.get(name, []), nodes)
+        out, fixed = _node_out_shape(path, name, node, shape, successors.get(name, []), nodes, strict)
         if isinstance(out, Shapes):
             result.nested[name] = out
             out = out.output
@@ -469,6 +498,7 @@ def _node_out_shape(
     shape: Shape,
     successor_names: list[str],
     nodes: Mapping[str, Any],
+    strict: bool,
 ) -> tuple[Shape | Shapes | None, Any]:
     label = _label(path, name)
     if isinstance(node, nir.Output):
@@ -492,13 +522,15 @@ def _node_out_shape(
         target = expected.pop() if len(expected) == 1 else None
         return _flatten_shape(label, node, shape, target)
     if isinstance(node, nir.NIRGraph):
-        sub_plan = plan(node, label)
+        sub_plan = plan(node, label, strict)
         if len(sub_plan.inputs) != 1:
+            if not strict:
+                return None, None
             raise GraphStructureError(
                 f"subgraph {label!r} receives edges but has {len(sub_plan.inputs)} Input "
                 "nodes; an edge into a subgraph feeds its single Input node"
             )
-        sub = infer_shapes(node, sub_plan, {sub_plan.inputs[0]: shape}, label)
+        sub = infer_shapes(node, sub_plan, {sub_plan.inputs[0]: shape}, label, strict)
         fixed = _replace_subgraph(node, sub.fixes) if sub.fixes else None
         return sub, fixed
     if isinstance(node, _ELEMENTWISE):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import nirbridge
-from nirbridge.graph import evaluation_order, infer_shapes, plan
+from nirbridge.graph import check_edges, evaluation_order, infer_shapes, plan
 
 
 def test_order_and_delayed_edges_follow_the_dfs():
@@ -59,6 +59,37 @@ def test_structure_errors():
     )
     with pytest.raises(nirbridge.GraphStructureError, match="feeds Input"):
         plan(graph)
+
+
+def test_lenient_plans_check_edges_only_and_leave_unreached_nodes_out():
+    island = nir.NIRGraph(
+        nodes={
+            "a": nir.I(np.ones(2)),
+            "b": nir.Scale(np.ones(2)),
+            "i": nir.Input(np.array([2])),
+            "o": nir.Output(None),
+        },
+        edges=[("a", "b"), ("b", "a"), ("i", "o")],
+        type_check=False,
+    )
+    with pytest.raises(nirbridge.GraphStructureError, match="cannot be reached"):
+        plan(island)
+    lenient = plan(island, strict=False)
+    assert lenient.order == ["i", "o"] and lenient.delayed_sources == []  # the island is never searched
+    shapes = infer_shapes(island, lenient, strict=False)
+    assert shapes.outputs == {"i": (2,), "o": (2,)}
+    no_input = nir.NIRGraph(nodes={"a": nir.I(np.ones(2))}, edges=[("a", "a")], type_check=False)
+    assert plan(no_input, strict=False).order == []
+    nested = nir.NIRGraph(
+        nodes={"i": nir.Input(np.array([2])), "sub": island, "o": nir.Output(None)},
+        edges=[("i", "sub"), ("sub", "o")],
+        type_check=False,
+    )
+    nested.nodes["sub"].edges.append(("b", "ghost"))
+    with pytest.raises(nirbridge.MissingNodeError, match="in subgraph 'sub' names node 'ghost'"):
+        check_edges(nested)
+    with pytest.raises(nirbridge.MissingNodeError):
+        plan(nested, strict=False)
 
 
 def test_shapes_through_a_cnn():

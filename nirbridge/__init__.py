@@ -1,7 +1,8 @@
 """nirbridge: move spiking neural networks between PyTorch and NIR.
 
 ``nir_to_torch`` turns a ``nir.NIRGraph`` (or a ``.nir`` file) into a stateful
-``torch.fx.GraphModule``; ``read`` and ``write`` handle ``.nir`` files. The time-step
+``torch.fx.GraphModule``; ``read`` and ``write`` handle ``.nir`` files, and the
+``nirbridge info FILE`` command summarises one. The time-step
 semantics are documented in :mod:`nirbridge.neurons.functional` and
 :mod:`nirbridge.graph`; the state layout in :mod:`nirbridge.state`.
 """
@@ -13,10 +14,12 @@ from .errors import MissingNodeError as MissingNodeError
 from .errors import NirBridgeError as NirBridgeError
 from .errors import NirBridgeWarning as NirBridgeWarning
 from .errors import NirFileError as NirFileError
+from .errors import NirFileWarning as NirFileWarning
 from .errors import NodeConversionError as NodeConversionError
 from .errors import ParameterError as ParameterError
 from .errors import RepairWarning as RepairWarning
 from .errors import ShapeMismatchError as ShapeMismatchError
+from .errors import UnknownNodeTypeError as UnknownNodeTypeError
 from .errors import UnsupportedNodeError as UnsupportedNodeError
 from .interpret import DEFAULT_MAP as DEFAULT_MAP
 from .interpret import nir_to_torch as nir_to_torch
@@ -34,11 +37,13 @@ __all__ = [
     "NirBridgeError",
     "NirBridgeWarning",
     "NirFileError",
+    "NirFileWarning",
     "NodeConversionError",
     "ParameterError",
     "RepairWarning",
     "ShapeMismatchError",
     "StateError",
+    "UnknownNodeTypeError",
     "UnsupportedNodeError",
     "__version__",
     "neurons",

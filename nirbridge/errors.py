@@ -21,15 +21,17 @@ class GraphStructureError(NirBridgeError):
 class MissingNodeError(GraphStructureError):
     """An edge names a node that does not exist in its graph."""
 
-    def __init__(self, edge: tuple[str, str], missing: str, graph_path: str = "") -> None:
+    def __init__(self, edge: tuple[str, str], missing: str, graph_path: str = "", file: str = "") -> None:
         where = f" in subgraph '{graph_path}'" if graph_path else ""
         super().__init__(
+            f"{file + ': ' if file else ''}"
             f"edge {edge[0]!r} -> {edge[1]!r}{where} names node {missing!r}, which is not "
             f"in the graph. Add a node called {missing!r} or correct the edge."
         )
         self.edge = edge
         self.missing = missing
         self.graph_path = graph_path
+        self.file = file
 
 
 class UnsupportedNodeError(NirBridgeError):
@@ -70,7 +72,27 @@ class ParameterError(NirBridgeError):
 
 
 class NirFileError(NirBridgeError):
-    """A .nir file cannot be read or written."""
+    """A .nir file cannot be read or written; the message names the file."""
+
+
+class UnknownNodeTypeError(NirFileError):
+    """A .nir file holds node types that are not NIR primitives nirbridge knows.
+
+    ``unknown`` maps each type name to the dotted names of the nodes that have it.
+    """
+
+    def __init__(self, file: str, unknown: dict[str, list[str]], known: Iterable[str]) -> None:
+        listed = "; ".join(
+            f"{type_name!r} ({', '.join(repr(n) for n in names)})"
+            for type_name, names in sorted(unknown.items())
+        )
+        super().__init__(
+            f"{file}: node types that are not NIR primitives: {listed}. nirbridge reads "
+            f"{', '.join(sorted(known))}. The file may come from a newer NIR version or a "
+            "tool's private extension; remove or replace those nodes where it was written."
+        )
+        self.file = file
+        self.unknown = unknown
 
 
 class NirBridgeWarning(UserWarning):
@@ -79,6 +101,10 @@ class NirBridgeWarning(UserWarning):
 
 class LossyConversionWarning(NirBridgeWarning):
     """A conversion could not be exact; the message names what is lost."""
+
+
+class NirFileWarning(NirBridgeWarning):
+    """A .nir file was read, but part of it does not fit NIR; the message names what."""
 
 
 class RepairWarning(NirBridgeWarning):

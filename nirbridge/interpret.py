@@ -98,9 +98,12 @@ def nir_to_torch(
     """
     graph = graph_or_path
     if isinstance(graph_or_path, (str, os.PathLike, io.IOBase)):
-        from .io import read
+        from .io import load
 
-        graph = read(graph_or_path)
+        loaded = load(graph_or_path, check=False)  # the shape check below warns once
+        for category, message in loaded.warnings:
+            warnings.warn(f"{loaded.source}: {message}", category, stacklevel=2)
+        graph = loaded.node
     if not isinstance(graph, nir.NIRNode):
         raise NirBridgeError(
             f"nir_to_torch expects a nir.NIRGraph, a NIR node or a path to a .nir file, "

@@ -1,31 +1,66 @@
-"""Read and write ``.nir`` files (HDF5, in the layout of ``nir.write``).
+"""Read and write ``.nir`` files: HDF5 in the layout of ``nir.write`` (nir 1.0.8).
 
-Layout: a string dataset ``version`` and a group ``node`` holding the graph: each node
-is a group with a ``type`` string and one dataset per field; graphs hold ``nodes`` (a
-group of node groups) and ``edges`` (an (n, 2) string array); ``metadata`` groups hold
-one dataset per key.
+Layout: the root holds a string dataset ``version`` and a group ``node``. A node is a
+group with a ``type`` string, one dataset per field and, when it has any, a
+``metadata`` group (one dataset per key, a group per nested dict). A graph node also
+holds ``nodes`` (a group of node groups) and ``edges`` (an ``(n, 2)`` array of names).
+Input and Output nodes store their shape as ``shape``; Flatten stores ``input_type``.
 
-Reading is lenient where a file has one sensible reading and honest always: every
-failure is a :class:`~nirbridge.NirFileError` naming the file and the node. Writing
-goes to a temporary file in the target's folder and is renamed into place, so a
-failed write leaves any existing file untouched.
+Reading is lenient where a file has one sensible reading and honest always:
+
+* files of nir 0.1 to 1.0 load (a missing ``v_reset`` is 0, a missing ``w_in`` is 1);
+* fields a node type does not define are dropped with a :class:`NirFileWarning`;
+* node types that are not NIR primitives are all listed in one
+  :class:`UnknownNodeTypeError`; an edge naming a missing node raises
+  :class:`MissingNodeError`;
+* shapes are inferred as ``nir.read`` infers them, and what does not fit (a transposed
+  weight, a Flatten counting the batch axis, a wrong Output shape) is reported with a
+  :class:`RepairWarning` or :class:`NirFileWarning`; the graph is returned as stored;
+* a truncated, corrupted or hostile file raises :class:`NirFileError`. Only hard
+  links to plain groups and datasets are followed; external links, external or
+  virtual storage and filters other than HDF5's built-in ones and LZF are refused; a
+  dataset may not claim more memory than its stored bytes can hold (1100x for
+  compressed data, above deflate's 1032:1 limit), and nesting is capped.
+
+Writing keeps node and metadata order (HDF5 creation order), stores datasets
+uncompressed by default (small ones inside their object header), strings as
+fixed-length UTF-8, without timestamps, in the HDF5 1.8 file format, so the same graph
+always gives the same bytes and every HDF5 1.8+ reader, ``nir.read`` included, reads it.
+A path is written through a temporary file in the same folder, flushed to disk and
+renamed over the target, so a failed write leaves any existing file untouched.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import io
+import math
 import os
 import tempfile
-from collections.abc import Mapping
+import warnings
+import zlib
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 import h5py
 import nir
 import numpy as np
+from h5py import h5d, h5f, h5g, h5l, h5o, h5p, h5s, h5t
 
-from .errors import NirFileError
+from . import graph as graph_utils
+from .errors import (
+    LossyConversionWarning,
+    MissingNodeError,
+    NirBridgeError,
+    NirFileError,
+    NirFileWarning,
+    RepairWarning,
+    UnknownNodeTypeError,
+)
 
-__all__ = ["read", "write"]
+__all__ = ["NirFile", "load", "read", "write"]
 
 PathOrFile = str | os.PathLike[str] | IO[bytes]
 
@@ -54,168 +89,844 @@ _NODE_TYPES: dict[str, type] = {
     )
 }
 
+# Stored name -> constructor argument, and the arguments wrapped as {"input": ...}.
+_ALIASES: dict[type, dict[str, str]] = {
+    nir.Input: {"shape": "input_type"},
+    nir.Output: {"shape": "output_type"},
+}
+_TYPE_ARGS = {"input_type": "input", "output_type": "output"}
+_OPTIONAL = {"input_shape", "input_type", "output_type"}  # absent means unknown (None)
+_INT_FIELDS = {"groups", "start_dim", "end_dim"}
+
+_FILTERS = {1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit", 6: "scaleoffset", 32000: "lzf"}
+_EXPANSION = 1100  # most bytes a stored byte may decompress to (deflate's limit is 1032)
+_SMALL = 1 << 16  # bytes any dataset may claim, whatever it stores (fill values)
+_MAX_DEPTH = 64  # group nesting, far above any real graph (each nested graph is 2 levels)
+_COMPACT = 16 << 10  # datasets up to this size are stored in their object header
+_PARALLEL = 1 << 20  # compressed datasets from this size are inflated on several threads
+_DEFLATE, _SHUFFLE = 1, 2  # HDF5 filter ids
+
+
+def _params(cls: type) -> list[tuple[str, bool]]:
+    """(argument, required) for a node class's constructor, metadata excluded."""
+    return [
+        (name, p.default is inspect.Parameter.empty and name not in _OPTIONAL)
+        for name, p in inspect.signature(cls).parameters.items()
+        if name != "metadata"
+    ]
+
+
+_PARAMS = {name: _params(cls) for name, cls in _NODE_TYPES.items() if cls is not nir.NIRGraph}
+
 
 def _describe(source: Any) -> str:
     if isinstance(source, (str, os.PathLike)):
         return os.fspath(source)
-    return getattr(source, "name", None) or type(source).__name__
+    name = getattr(source, "name", None)
+    return name if isinstance(name, str) else f"<{type(source).__name__}>"
 
 
-def _value(item: h5py.Dataset) -> Any:
-    value = item[()]
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    return value
+def _label(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
 
 
-def _read_metadata(group: h5py.Group) -> dict[str, Any]:
-    return _read_metadata_group(group["metadata"]) if "metadata" in group else {}
+# ----------------------------------------------------------------------------- reading
 
 
-def _read_metadata_group(group: h5py.Group) -> dict[str, Any]:
-    return {
-        key: (_read_metadata_group(item) if isinstance(item, h5py.Group) else _value(item))
-        for key, item in group.items()
-    }
+@dataclasses.dataclass
+class NirFile:
+    """What :func:`load` found in a file."""
+
+    source: str  # the path, or the file object's name
+    node: nir.NIRNode  # the stored graph (or node), as stored apart from inferred types
+    version: str  # the nir version that wrote the file, "unknown" if not recorded
+    size: int  # file size in bytes
+    warnings: list[tuple[type[Warning], str]]  # what did not fit, in the order found
 
 
-def _read_node(group: h5py.Group, path: str) -> nir.NIRNode:
-    if "type" not in group:
-        raise NirFileError(f"node {path!r} has no 'type' entry")
-    type_name = _value(group["type"])
-    cls = _NODE_TYPES.get(type_name)
-    if cls is None:
-        raise NirFileError(
-            f"node {path!r} has type {type_name!r}, which is not a NIR primitive nirbridge knows "
-            f"({', '.join(sorted(_NODE_TYPES))})"
+class _Reader:
+    """Walks an open HDF5 file into nested dicts of numpy values, refusing anything a
+    NIR file does not hold and bounding time and memory by the file's size."""
+
+    def __init__(self, where: str, source: _Source) -> None:
+        self.where = where
+        self.source = source
+        self.file_size = file_size = source.size
+        self.budget = _EXPANSION * file_size + _SMALL
+        self.objects_left = file_size // 16 + 64
+        self.groups: set[int] = set()
+        self.heaps: dict[int, dict[int, int]] = {}  # checked heap collections
+        fcpl = source.fid.get_create_plist()
+        self.base = fcpl.get_userblock()
+        self.sizeof_addr, self.sizeof_size = fcpl.get_sizes()
+
+    def fail(self, path: str, message: str) -> NirFileError:
+        return NirFileError(f"{self.where}: {path}: {message}")
+
+    def group(self, gid: h5g.GroupID, path: str, depth: int) -> dict[str, Any]:
+        if depth > _MAX_DEPTH:
+            raise self.fail(path, f"groups nested deeper than {_MAX_DEPTH} levels; not a NIR file")
+        address = h5o.get_info(gid).addr
+        if address in self.groups:
+            raise self.fail(path, "a group linked twice (a cycle or shared group); not a NIR file")
+        self.groups.add(address)
+        links: list[tuple[bytes, int]] = []
+        order = h5p.CRT_ORDER_INDEXED & gid.get_create_plist().get_link_creation_order()
+        gid.links.iterate(
+            lambda name, info: links.append((name, info.type)),
+            idx_type=h5py.h5.INDEX_CRT_ORDER if order else h5py.h5.INDEX_NAME,
+            info=True,
         )
-    fields = {
-        key: _value(item)
-        for key, item in group.items()
-        if key not in ("type", "metadata", "nodes") and isinstance(item, h5py.Dataset)
-    }
-    metadata = _read_metadata(group)
-    if cls is nir.NIRGraph:
-        if "nodes" not in group:
-            raise NirFileError(f"graph {path or '<root>'!r} has no 'nodes' group")
-        nodes = {
-            name: _read_node(child, f"{path}.{name}" if path else name)
-            for name, child in group["nodes"].items()
-        }
-        raw_edges = fields.get("edges", np.empty((0, 2)))
-        edges = (
-            [
-                tuple(e.decode("utf-8") if isinstance(e, bytes) else str(e) for e in edge)
-                for edge in np.asarray(raw_edges).reshape(-1, 2)
-            ]
-            if np.size(raw_edges)
-            else []
+        result: dict[str, Any] = {}
+        for raw_name, link_type in links:
+            self.objects_left -= 1
+            if self.objects_left < 0:
+                raise self.fail(path, "more objects than a file of this size can hold; the file is corrupted")
+            name = raw_name.decode("utf-8")
+            sub = f"{path}/{name}"
+            if link_type != h5l.TYPE_HARD:
+                raise self.fail(sub, "is a soft or external link; NIR files hold only groups and datasets")
+            obj = h5o.open(gid, raw_name)
+            if isinstance(obj, h5g.GroupID):
+                result[name] = self.group(obj, sub, depth + 1)
+            elif isinstance(obj, h5d.DatasetID):
+                result[name] = self.dataset(obj, sub)
+            else:
+                raise self.fail(sub, "is neither a group nor a dataset")
+        return result
+
+    def dataset(self, dsid: h5d.DatasetID, path: str) -> Any:
+        dcpl = dsid.get_create_plist()
+        if dcpl.get_layout() not in (h5d.COMPACT, h5d.CONTIGUOUS, h5d.CHUNKED):
+            raise self.fail(path, "is a virtual dataset, which reads other files; refused")
+        if dcpl.get_external_count():
+            raise self.fail(path, "keeps its data in external files; refused")
+        for index in range(dcpl.get_nfilters()):
+            code = dcpl.get_filter(index)[0]
+            if code not in _FILTERS:
+                raise self.fail(
+                    path,
+                    f"uses HDF5 filter {code}, which nirbridge does not load (plugins run code); "
+                    f"rewrite the file with one of {sorted(set(_FILTERS.values()))}",
+                )
+        dtype = dsid.dtype
+        is_string = h5py.check_string_dtype(dtype) is not None
+        if not is_string and dtype.kind not in "biufc":
+            raise self.fail(path, f"has HDF5 type {dtype}, which no NIR field uses")
+        space = dsid.get_space()
+        if space.get_simple_extent_type() == h5s.NULL:
+            return None
+        shape = space.shape
+        claimed = math.prod(shape) * dtype.itemsize
+        stored = dsid.get_storage_size()
+        if stored > self.file_size or claimed > max(_SMALL, _EXPANSION * stored) or claimed > self.budget:
+            raise self.fail(
+                path,
+                f"claims {claimed} bytes of data but stores {stored} in a file of {self.file_size} bytes; "
+                "the file is corrupted or hostile",
+            )
+        self.budget -= claimed
+        if dtype.kind == "O" and claimed:
+            self.check_heaps(dsid, dcpl, stored, path)
+        out = np.empty(shape, dtype)
+        if out.size and not (
+            not is_string and claimed >= _PARALLEL and self.read_chunks(dsid, dcpl, out, path)
+        ):
+            dsid.read(h5s.ALL, h5s.ALL, out)
+        if is_string:
+            return _decode(out)
+        return out[()] if out.ndim == 0 else out
+
+    def read_chunks(self, dsid: h5d.DatasetID, dcpl: h5p.PropDCID, out: np.ndarray, path: str) -> bool:
+        """Read a large chunked dataset stored with deflate and shuffle (what ``nir.write``
+        and ``write(compression="gzip")`` produce) by inflating its chunks on several
+        threads (zlib releases the GIL). Returns False, reading nothing, where HDF5's own
+        reader is needed: other filters, missing chunks, a user block."""
+        if dcpl.get_layout() != h5d.CHUNKED or self.base:
+            return False
+        pipeline = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+        if not set(pipeline) <= {_DEFLATE, _SHUFFLE}:
+            return False
+        chunk = tuple(dcpl.get_chunk())
+        expected = math.prod(-(-size // edge) for size, edge in zip(out.shape, chunk))
+        infos: list[Any] = []
+        dsid.chunk_iter(infos.append)
+        if len(infos) != expected:
+            return False
+        chunk_bytes = math.prod(chunk) * out.dtype.itemsize
+        for info in infos:
+            if info.byte_offset + info.size > self.file_size or any(
+                o % c or o >= s for o, c, s in zip(info.chunk_offset, chunk, out.shape)
+            ):
+                raise self.fail(path, "a chunk lies outside the file or the dataset; the file is corrupted")
+
+        def decode(info: Any) -> None:
+            data = self.source.raw(info.byte_offset, info.size)
+            for position in reversed(range(len(pipeline))):
+                if info.filter_mask & (1 << position):
+                    continue
+                if pipeline[position] == _DEFLATE:
+                    inflater = zlib.decompressobj()
+                    data = inflater.decompress(data, chunk_bytes)
+                else:
+                    items = np.frombuffer(data, np.uint8)[:chunk_bytes]
+                    data = items.reshape(out.dtype.itemsize, -1).T.tobytes()
+            if len(data) != chunk_bytes:
+                raise self.fail(
+                    path, "a compressed chunk does not inflate to its size; the file is corrupted"
+                )
+            block = np.frombuffer(data, out.dtype).reshape(chunk)
+            window = tuple(slice(o, min(o + c, s)) for o, c, s in zip(info.chunk_offset, chunk, out.shape))
+            out[window] = block[tuple(slice(0, w.stop - w.start) for w in window)]
+
+        workers = min(
+            8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         )
+
+        def decode_all(batch: list[Any]) -> None:
+            for info in batch:
+                decode(info)
+
+        batches = [infos[i :: 4 * workers] for i in range(4 * workers)]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(decode_all, batches))
+        return True
+
+    def check_heaps(self, dsid: h5d.DatasetID, dcpl: h5p.PropDCID, stored: int, path: str) -> None:
+        """Check a variable-length string dataset against the global heap collections it
+        points into, before HDF5 reads it: HDF5 loops forever on some corrupted
+        collections (an object of size 0 stops its parser) and allocates whatever length
+        a corrupted string claims."""
+        if not stored:
+            return
+        if dcpl.get_layout() != h5d.CONTIGUOUS or dcpl.get_nfilters():
+            raise self.fail(path, "holds variable-length strings in a layout NIR files do not use; refused")
+        offset = dsid.get_offset()
+        if offset is None or offset + stored > self.file_size:
+            raise self.fail(path, "points outside the file; the file is corrupted")
+        raw = self.source.raw(offset, stored)
+        width = self.sizeof_addr
+        for start in range(0, len(raw) - width - 7, width + 8):  # length (4), heap address, index (4)
+            length = int.from_bytes(raw[start : start + 4], "little")
+            if not length:
+                continue
+            address = int.from_bytes(raw[start + 4 : start + 4 + width], "little")
+            index = int.from_bytes(raw[start + 4 + width : start + 8 + width], "little")
+            objects = self.heaps.get(address)
+            if objects is None:
+                objects = self.heaps[address] = self.heap_objects(address, path)
+            if objects.get(index) != length:
+                raise self.fail(path, "a string points to a missing or mismatched global heap object")
+
+    def heap_objects(self, address: int, path: str) -> dict[int, int]:
+        """Walk one global heap collection as HDF5's parser does and return its objects'
+        sizes by index; refuse it if the walk would not advance or would leave it."""
+        length = self.sizeof_size
+        header = self.source.raw(self.base + address, 8 + length)
+        if header[:4] != b"GCOL" or len(header) < 8 + length:
+            raise self.fail(path, "a string points to something that is not a global heap; refused")
+        size = int.from_bytes(header[8:], "little")
+        if size < 8 + length or self.base + address + size > self.file_size:
+            raise self.fail(path, "its strings live in a global heap that runs past the end of the file")
+        chunk = self.source.raw(self.base + address, size)
+        object_header = 8 + length
+        objects: dict[int, int] = {}
+        p = 8 + length
+        while p + object_header <= size:
+            index = int.from_bytes(chunk[p : p + 2], "little")
+            object_size = int.from_bytes(chunk[p + 8 : p + 8 + length], "little")
+            need = object_header + 8 * ((object_size + 7) // 8) if index else object_size
+            if need <= 0 or p + need > size:
+                raise self.fail(path, "its strings live in a corrupted global heap; refused")
+            if index:
+                objects[index] = object_size
+            p += need
+        return objects
+
+
+def _decode(array: np.ndarray) -> Any:
+    """Strings as ``str`` (arrays of them as ``numpy.str_`` arrays); bytes that are not
+    UTF-8 stay bytes."""
+    try:
+        if array.ndim == 0:
+            value = array[()]
+            return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+        text = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)]
+    except UnicodeDecodeError:
+        return array[()] if array.ndim == 0 else array
+    return np.array(text, dtype=str).reshape(array.shape)
+
+
+class _Builder:
+    """Turns the dict tree of a ``node`` group into NIR nodes."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.unknown: dict[str, list[str]] = {}
+        self.notes: list[tuple[type[Warning], str]] = []
+
+    def fail(self, label: str, message: str) -> NirFileError:
+        return NirFileError(f"{self.where}: node {label or '<root>'!r}: {message}")
+
+    def node(self, tree: Any, label: str) -> nir.NIRNode | None:
+        if not isinstance(tree, dict):
+            raise self.fail(label, "is a dataset where a node group was expected")
+        type_name = tree.get("type")
+        if not isinstance(type_name, str):
+            raise self.fail(label, "has no 'type' string")
+        cls = _NODE_TYPES.get(type_name)
+        if cls is None:
+            self.unknown.setdefault(type_name, []).append(label or "<root>")
+            return None
+        metadata = tree.get("metadata", {})
+        if not isinstance(metadata, dict):
+            note = f"node {label or '<root>'!r}: 'metadata' is not a group; ignored"
+            self.notes.append((NirFileWarning, note))
+            metadata = {}
+        if cls is nir.NIRGraph:
+            return self.graph(tree, label, metadata)
+        stored = {k: v for k, v in tree.items() if k not in ("type", "metadata")}
+        for file_key, argument in _ALIASES.get(cls, {}).items():
+            if file_key in stored:
+                stored[argument] = stored.pop(file_key)
+        kwargs: dict[str, Any] = {}
+        missing = []
+        for argument, required in _PARAMS[type_name]:
+            if argument in stored:
+                kwargs[argument] = self.value(argument, stored.pop(argument), label)
+            elif required:
+                missing.append(argument)
+            elif argument in _TYPE_ARGS:
+                kwargs[argument] = {_TYPE_ARGS[argument]: None}
+            elif argument in _OPTIONAL:
+                kwargs[argument] = None
+        if missing:
+            raise self.fail(label, f"({type_name}) lacks the field(s) {missing} that NIR requires")
+        if stored:
+            self.notes.append(
+                (
+                    NirFileWarning,
+                    f"node {label!r} ({type_name}): field(s) {sorted(stored)} are not part of nir "
+                    f"{nir.version}'s {type_name} and were ignored",
+                )
+            )
+        try:
+            return cls(**kwargs, metadata=metadata)
+        except Exception as error:
+            problem = f"{type(error).__name__}: {error}"
+            raise self.fail(label, f"({type_name}) cannot be built: {problem}") from error
+
+    def value(self, argument: str, value: Any, label: str) -> Any:
+        if argument in _TYPE_ARGS:
+            if isinstance(value, dict):
+                return value
+            return {_TYPE_ARGS[argument]: value}
+        if argument in _INT_FIELDS and np.size(value) == 1 and np.asarray(value).dtype.kind in "biu":
+            return int(np.asarray(value).reshape(-1)[0])
+        if isinstance(value, dict):
+            raise self.fail(label, f"field {argument!r} is a group where a dataset was expected")
+        return value
+
+    def graph(self, tree: dict[str, Any], label: str, metadata: dict[str, Any]) -> nir.NIRGraph:
+        nodes_tree = tree.get("nodes")
+        if not isinstance(nodes_tree, dict):
+            raise self.fail(label, "(NIRGraph) has no 'nodes' group")
+        nodes = {name: self.node(sub, _label(label, name)) for name, sub in nodes_tree.items()}
+        edges = self.edges(tree.get("edges"), label)
         return nir.NIRGraph(nodes=nodes, edges=edges, metadata=metadata, type_check=False)
-    kwargs: dict[str, Any] = {}
-    if cls is nir.Input:
-        kwargs["input_type"] = {"input": fields.pop("shape", None)}
-    elif cls is nir.Output:
-        kwargs["output_type"] = {"output": fields.pop("shape", None)}
-    elif cls is nir.Flatten:
-        kwargs["input_type"] = {"input": fields.pop("input_type", None)}
-    if cls in (nir.LIF, nir.IF, nir.CubaLIF) and "v_reset" not in fields and "v_threshold" in fields:
-        fields["v_reset"] = np.zeros_like(fields["v_threshold"])
-    if cls in (nir.Conv1d, nir.Conv2d):
-        fields.setdefault("input_shape", None)
-    for key in ("groups", "start_dim", "end_dim"):
-        if key in fields:
-            fields[key] = int(np.asarray(fields[key]).reshape(-1)[0])
-    kwargs.update(fields)
-    try:
-        return cls(**kwargs, metadata=metadata)
-    except (TypeError, ValueError, AssertionError, IndexError) as error:
-        raise NirFileError(f"node {path!r} ({type_name}) cannot be built: {error}") from error
+
+    def edges(self, value: Any, label: str) -> list[tuple[str, str]]:
+        if value is None:
+            return []
+        array = np.asarray(value)
+        if array.size == 0:
+            return []
+        if array.dtype.kind != "U" or array.ndim != 2 or array.shape[1] != 2:
+            got = f"{array.dtype} {array.shape}"
+            raise self.fail(label, f"'edges' must be an (n, 2) array of node names, got {got}")
+        return [(str(a), str(b)) for a, b in array.tolist()]
 
 
-def read(path_or_file: PathOrFile) -> nir.NIRGraph:
-    """Read a NIR graph from a ``.nir`` (HDF5) file path or binary file object.
+class _Source:
+    """An opened file: the HDF5 handle, its size, and raw bytes for the heap check."""
 
-    Files of nir 0.1 to 1.0 are accepted; type checks are left to
-    :func:`nirbridge.nir_to_torch`, which repairs what has one reading and warns.
-    Raises :class:`~nirbridge.NirFileError` for unreadable files, naming the node.
-    """
-    where = _describe(path_or_file)
-    try:
-        with h5py.File(path_or_file, "r") as f:
-            if "node" not in f:
-                raise NirFileError(f"{where}: not a NIR file (no 'node' group)")
-            node = _read_node(f["node"], "")
-    except NirFileError as error:
-        if str(error).startswith(where):
-            raise
-        raise NirFileError(f"{where}: {error}") from error
-    except (OSError, KeyError, ValueError, TypeError) as error:
-        raise NirFileError(f"{where}: cannot read as a NIR file: {error}") from error
-    if not isinstance(node, nir.NIRGraph):
-        node = nir.NIRGraph(nodes={"node": node}, edges=[], type_check=False)
-    return node
-
-
-def _write_group(group: h5py.Group, data: Mapping[str, Any], compression: str | None) -> None:
-    for key, value in data.items():
-        key = str(key)
-        if key == "metadata":
-            if value:
-                _write_group(group.create_group(key, track_order=True), value, compression)
-        elif isinstance(value, Mapping):
-            _write_group(group.create_group(key, track_order=True), value, compression)
-        elif isinstance(value, str):
-            group.create_dataset(key, data=value, dtype=h5py.string_dtype())
-        elif key == "edges":
-            edges = np.array([[str(a), str(b)] for a, b in value], dtype=h5py.string_dtype())
-            group.create_dataset(key, data=edges.reshape(-1, 2))
-        elif isinstance(value, np.ndarray) and value.ndim > 0 and compression:
-            group.create_dataset(key, data=value, compression=compression)
-        elif value is None:
-            continue
+    def __init__(self, source: Any, where: str) -> None:
+        fapl = h5p.create(h5p.FILE_ACCESS)
+        fapl.set_fclose_degree(h5f.CLOSE_STRONG)
+        self.image: bytes | None = None
+        self.handle: IO[bytes] | None = None
+        if isinstance(source, (str, os.PathLike)):
+            path = os.fspath(source)
+            if os.path.isdir(path):
+                raise NirFileError(f"{where}: is a folder, not a .nir file")
+            try:
+                self.handle = open(path, "rb")  # closed in close()
+            except FileNotFoundError:
+                raise NirFileError(f"{where}: no such file") from None
+            except OSError as error:
+                raise NirFileError(f"{where}: cannot open: {error.strerror or error}") from error
+            self.size = os.fstat(self.handle.fileno()).st_size
+            name = os.fsencode(path)
+        elif callable(getattr(source, "read", None)):
+            if isinstance(source, io.TextIOBase):
+                raise NirFileError(f"{where}: is opened in text mode; open it in binary mode ('rb')")
+            try:
+                if getattr(source, "seekable", lambda: False)():
+                    source.seek(0)
+                image = source.read()
+            except OSError as error:
+                raise NirFileError(f"{where}: cannot read: {error}") from error
+            if not isinstance(image, (bytes, bytearray, memoryview)):
+                raise NirFileError(f"{where}: is opened in text mode; open it in binary mode ('rb')")
+            self.image = bytes(image)
+            self.size = len(self.image)
+            fapl.set_fapl_core(backing_store=False)
+            if self.size:
+                fapl.set_file_image(self.image)
+            name = b"nirbridge-image"
         else:
-            group.create_dataset(key, data=value)
+            raise NirFileError(f"expected a path or a binary file object, got {type(source).__name__}")
+        if not self.size:
+            self.close()
+            raise NirFileError(f"{where}: is empty")
+        try:
+            self.fid = h5f.open(name, h5f.ACC_RDONLY, fapl)
+        except OSError as error:
+            self.close()
+            raise NirFileError(
+                f"{where}: not an HDF5 file, or a truncated or corrupted one ({error})"
+            ) from None
+
+    def raw(self, offset: int, count: int) -> bytes:
+        if self.image is not None:
+            return self.image[offset : offset + count]
+        assert self.handle is not None
+        return os.pread(self.handle.fileno(), count, offset)
+
+    def close(self) -> None:
+        fid = getattr(self, "fid", None)
+        if fid is not None:
+            fid.close()
+        if self.handle is not None:
+            self.handle.close()
 
 
-def write(path_or_file: PathOrFile, graph: nir.NIRNode, *, compression: str | None = None) -> None:
-    """Write a NIR graph (or node) to a ``.nir`` file, in ``nir.write``'s layout.
+def load(source: PathOrFile, *, check: bool = True) -> NirFile:
+    """Read a ``.nir`` file without emitting warnings; see :func:`read`.
 
-    Datasets are stored uncompressed unless ``compression`` names an h5py filter
-    (``"gzip"``, ``"lzf"``). A path is written through a temporary file in the same
-    folder and renamed into place.
+    With ``check=False`` the shape check is skipped (no types are inferred), for callers
+    such as :func:`nirbridge.nir_to_torch` that check the graph themselves.
+    """
+    where = _describe(source)
+    opened = _Source(source, where)
+    size = opened.size
+    try:
+        reader = _Reader(where, opened)
+        root = h5g.open(opened.fid, b"/")
+        version = "unknown"
+        if root.links.exists(b"version"):
+            obj = h5o.open(root, b"version")
+            value = reader.dataset(obj, "version") if isinstance(obj, h5d.DatasetID) else None
+            version = value if isinstance(value, str) else "unknown"
+        if not root.links.exists(b"node") or not isinstance(h5o.open(root, b"node"), h5g.GroupID):
+            raise NirFileError(f"{where}: not a NIR file (no 'node' group)")
+        tree = reader.group(h5o.open(root, b"node"), "node", 0)
+    except NirBridgeError:
+        raise
+    except Exception as error:
+        problem = f"{type(error).__name__}: {error}"
+        raise NirFileError(
+            f"{where}: cannot read as a NIR file; it is corrupted or not one ({problem})"
+        ) from error
+    finally:
+        opened.close()
+    builder = _Builder(where)
+    node = builder.node(tree, "")
+    if builder.unknown:
+        raise UnknownNodeTypeError(where, builder.unknown, _NODE_TYPES)
+    notes = list(builder.notes)
+    if isinstance(node, nir.NIRGraph):
+        try:
+            graph_utils.check_edges(node)
+        except MissingNodeError as error:
+            raise MissingNodeError(error.edge, error.missing, error.graph_path, file=where) from None
+        except NirBridgeError as error:
+            raise NirFileError(f"{where}: {error}") from None
+        if check:
+            notes += _infer_types(node)
+    return NirFile(where, node, version, size, notes)
+
+
+def read(path_or_file: PathOrFile) -> nir.NIRNode:
+    """Read a NIR graph from a ``.nir`` file path or binary file object.
+
+    Returns the ``nir.NIRGraph`` stored (a file written from a single node returns that
+    node, as ``nir.read`` does), with node order as stored: creation order for files
+    nirbridge wrote, alphabetical for files ``nir.write`` wrote. Input and output types
+    that a file leaves open are inferred, as ``nir.read`` infers them. Files of nir 0.1
+    to 1.0 are accepted.
+
+    Warns with :class:`RepairWarning` or :class:`NirFileWarning` about what does not fit
+    NIR (the graph is returned as stored; :func:`nirbridge.nir_to_torch` repairs what
+    has one reading). Raises :class:`NirFileError` for unreadable files,
+    :class:`UnknownNodeTypeError` listing node types that are not NIR primitives, and
+    :class:`MissingNodeError` for an edge naming a node that does not exist.
+    """
+    loaded = load(path_or_file)
+    for category, message in loaded.warnings:
+        warnings.warn(f"{loaded.source}: {message}", category, stacklevel=2)
+    return loaded.node
+
+
+def _infer_types(graph: nir.NIRGraph) -> list[tuple[type[Warning], str]]:
+    """Fill the input and output types a graph leaves open; return what did not fit."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            shapes = graph_utils.infer_shapes(graph, graph_utils.plan(graph, strict=False), strict=False)
+        except NirBridgeError as error:
+            shapes = None
+            problem = str(error)
+        except Exception as error:  # noqa: BLE001 - the file was read; its check fails softly
+            shapes = None
+            problem = f"{type(error).__name__}: {error}"
+    notes: list[tuple[type[Warning], str]] = [
+        (w.category, f"{w.message} (nir_to_torch applies this repair; read returns the graph as stored)")
+        for w in caught
+        if issubclass(w.category, RepairWarning)
+    ]
+    if shapes is None:
+        notes.append(
+            (
+                NirFileWarning,
+                f"the graph does not type-check ({problem}); it is returned as stored, and "
+                "nir_to_torch will refuse it until this is fixed",
+            )
+        )
+    else:
+        _fill_types(graph, shapes)
+    return notes
+
+
+def _open_type(types: Any) -> bool:
+    return not isinstance(types, dict) or not types or any(v is None for v in types.values())
+
+
+def _fill_types(graph: nir.NIRGraph, shapes: graph_utils.Shapes) -> None:
+    for name, node in graph.nodes.items():
+        if isinstance(node, nir.NIRGraph):
+            if name in shapes.nested:
+                _fill_types(node, shapes.nested[name])
+            continue
+        if isinstance(node, nir.Input):
+            continue
+        shape_in, shape_out = shapes.inputs.get(name), shapes.outputs.get(name)
+        if shape_in is not None and _open_type(node.input_type):
+            node.input_type = {"input": np.array(shape_in, dtype=np.int64)}
+        if shape_out is not None and _open_type(node.output_type):
+            node.output_type = {"output": np.array(shape_out, dtype=np.int64)}
+        if isinstance(node, (nir.Conv1d, nir.Conv2d)) and node.input_shape is None and shape_in is not None:
+            node.input_shape = int(shape_in[1]) if isinstance(node, nir.Conv1d) else tuple(shape_in[1:])
+    graph.__post_init__()
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+class _Writer:
+    """Writes NIR nodes into an open HDF5 file with h5py's low-level API."""
+
+    def __init__(self, compression: str | int | None) -> None:
+        self.compression = compression
+        self.ordered = h5p.create(h5p.GROUP_CREATE)
+        self.ordered.set_link_creation_order(h5p.CRT_ORDER_TRACKED | h5p.CRT_ORDER_INDEXED)
+        self.plain = h5p.create(h5p.GROUP_CREATE)
+        for gcpl in (self.ordered, self.plain):
+            gcpl.set_obj_track_times(False)
+        self.compact = h5p.create(h5p.DATASET_CREATE)
+        self.compact.set_layout(h5d.COMPACT)
+        self.contiguous = h5p.create(h5p.DATASET_CREATE)
+        for dcpl in (self.compact, self.contiguous):
+            dcpl.set_obj_track_times(False)
+        self.types: dict[tuple[np.dtype, Any], h5t.TypeID] = {}
+        self.lossy: list[str] = []
+
+    def group(self, parent: Any, name: str, ordered: bool) -> h5g.GroupID:
+        return h5g.create(parent, name.encode("utf-8"), gcpl=self.ordered if ordered else self.plain)
+
+    def dataset(self, parent: Any, name: str, array: np.ndarray) -> None:
+        if not array.flags.c_contiguous:
+            array = array.copy(order="C")
+        key = (array.dtype, array.dtype.metadata and dict(array.dtype.metadata).get("h5py_encoding"))
+        tid = self.types.get(key)
+        if tid is None:
+            tid = self.types[key] = h5t.py_create(array.dtype, logical=True)
+        space = h5s.create_simple(array.shape) if array.ndim else h5s.create(h5s.SCALAR)
+        if self.compression is not None and array.ndim and array.nbytes >= 1024:
+            dcpl = self._compressed(array)
+        else:
+            dcpl = self.compact if array.nbytes <= _COMPACT else self.contiguous
+        dsid = h5d.create(parent, name.encode("utf-8"), tid, space, dcpl=dcpl)
+        if array.size:
+            dsid.write(h5s.ALL, h5s.ALL, array)
+
+    def _compressed(self, array: np.ndarray) -> h5p.PropDCID:
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_obj_track_times(False)
+        row = max(1, array[0].nbytes if array.ndim > 1 else array.itemsize)
+        chunk = (max(1, min(array.shape[0], (1 << 20) // row)), *array.shape[1:])
+        dcpl.set_chunk(chunk)
+        if array.itemsize > 1:
+            dcpl.set_shuffle()
+        if self.compression == "lzf":
+            dcpl.set_filter(32000, h5py.h5z.FLAG_OPTIONAL)
+        else:
+            dcpl.set_deflate(4 if self.compression == "gzip" else int(self.compression))
+        return dcpl
+
+    def node(self, parent: Any, name: str, node: nir.NIRNode, label: str) -> None:
+        group = self.group(parent, name, ordered=False)
+        self.dataset(group, "type", _text(type(node).__name__))
+        if isinstance(node, nir.NIRGraph):
+            nodes = self.group(group, "nodes", ordered=True)
+            for child_name, child in node.nodes.items():
+                _check_name(child_name, f"node {_label(label, child_name)!r}")
+                self.node(nodes, child_name, child, _label(label, child_name))
+            self.dataset(group, "edges", _edges(node.edges, label))
+        else:
+            for field, value in _fields(node):
+                if value is not None:
+                    what = f"field {field!r} of node {label or '<root>'!r}"
+                    self.dataset(group, field, _array(value, what))
+        if node.metadata:
+            self.metadata(group, node.metadata, f"node {label or '<root>'!r}")
+
+    def metadata(self, parent: Any, values: Mapping[Any, Any], owner: str) -> None:
+        group = self.group(parent, "metadata", ordered=True)
+        self._mapping(group, values, owner)
+
+    def _mapping(self, group: Any, values: Mapping[Any, Any], owner: str) -> None:
+        for key, value in values.items():
+            if not isinstance(key, str):
+                kind = type(key).__name__
+                self.lossy.append(
+                    f"metadata key {key!r} ({kind}) of {owner} is stored as the string {str(key)!r}"
+                )
+            name = str(key)
+            what = f"metadata {name!r} of {owner}"
+            _check_name(name, what)
+            if isinstance(value, Mapping):
+                self._mapping(self.group(group, name, ordered=True), value, what)
+            elif value is None:
+                raise NirFileError(f"{what} is None, which HDF5 cannot store; drop the key or store a value")
+            else:
+                self.dataset(group, name, _array(value, what))
+
+
+def _text(value: str) -> np.ndarray:
+    encoded = value.encode("utf-8")
+    if b"\0" in encoded:
+        raise NirFileError(f"string {value!r} holds a NUL character, which HDF5 strings cannot store")
+    return np.array(encoded, dtype=h5py.string_dtype("utf-8", max(1, len(encoded))))
+
+
+def _array(value: Any, what: str) -> np.ndarray:
+    if isinstance(value, (str, bytes)):
+        return _text(value if isinstance(value, str) else _from_bytes(value))
+    try:
+        array = np.asarray(value)
+    except Exception as error:
+        raise NirFileError(f"{what} cannot be stored: {type(error).__name__}: {error}") from error
+    if array.dtype.kind in "US" or (
+        array.dtype.kind == "O" and array.size and all(isinstance(v, (str, bytes)) for v in array.flat)
+    ):
+        encoded = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in array.flat]
+        if any(b"\0" in e for e in encoded):
+            raise NirFileError(f"{what} holds a NUL character, which HDF5 strings cannot store")
+        width = max([1, *map(len, encoded)])
+        return np.array(encoded, dtype=h5py.string_dtype("utf-8", width)).reshape(array.shape)
+    if array.dtype.kind not in "biufc":
+        raise NirFileError(
+            f"{what} has a value of type {type(value).__name__} ({array.dtype}), which HDF5 cannot "
+            "store; use strings, numbers, arrays of them, or dicts of these"
+        )
+    return array
+
+
+def _from_bytes(value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NirFileError(f"bytes {value[:20]!r} are not UTF-8 text, which NIR strings hold") from None
+
+
+def _edges(edges: Any, label: str) -> np.ndarray:
+    pairs = []
+    for edge in edges:
+        if len(edge) != 2:
+            raise NirFileError(f"edge {edge!r} of graph {label or '<root>'!r} is not a (source, target) pair")
+        pairs.append([str(edge[0]), str(edge[1])])
+    if not pairs:
+        return np.empty((0, 2), dtype=h5py.string_dtype("utf-8", 1))
+    return _array(np.array(pairs, dtype=object).reshape(-1, 2), f"edges of graph {label or '<root>'!r}")
+
+
+def _check_name(name: str, what: str) -> None:
+    if not name or "/" in name or name == "." or "\0" in name:
+        raise NirFileError(
+            f"{what}: HDF5 names must be non-empty, not '.', and free of '/' and NUL; rename it"
+        )
+
+
+def _fields(node: nir.NIRNode) -> Iterator[tuple[str, Any]]:
+    """The (name, value) pairs ``node.to_dict()`` stores, without copying arrays."""
+    if isinstance(node, nir.Input):
+        yield "shape", node.input_type["input"]
+        return
+    if isinstance(node, nir.Output):
+        yield "shape", node.output_type["output"]
+        return
+    if type(node).to_dict is not nir.NIRNode.to_dict and not isinstance(node, nir.Flatten):
+        for key, value in node.to_dict().items():
+            if key not in ("type", "metadata"):
+                yield key, value
+        return
+    for field in dataclasses.fields(node):
+        if field.name in ("input_type", "output_type", "metadata"):
+            continue
+        yield field.name, getattr(node, field.name)
+    if isinstance(node, nir.Flatten):
+        yield "input_type", node.input_type["input"]
+
+
+def _version() -> str:
+    return str(getattr(nir, "version", None) or "1.0.8")
+
+
+def _dump(fid: h5f.FileID, graph: nir.NIRNode, compression: str | int | None) -> list[str]:
+    """Write ``graph`` into an open file; return the lossy conversions made."""
+    writer = _Writer(compression)
+    writer.dataset(fid, "version", _text(_version()))
+    writer.node(fid, "node", graph, "")
+    return writer.lossy
+
+
+def _fcpl() -> h5p.PropFCID:
+    fcpl = h5p.create(h5p.FILE_CREATE)
+    fcpl.set_obj_track_times(False)  # no timestamps on the root group either
+    return fcpl
+
+
+def _fapl() -> h5p.PropFAID:
+    fapl = h5p.create(h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(h5f.LIBVER_V18, h5f.LIBVER_V18)
+    fapl.set_fclose_degree(h5f.CLOSE_STRONG)
+    return fapl
+
+
+def _check_compression(compression: Any) -> None:
+    if compression is None or compression in ("gzip", "lzf"):
+        return
+    if isinstance(compression, int) and not isinstance(compression, bool) and 0 <= compression <= 9:
+        return
+    raise NirFileError(f"compression={compression!r}: use None, 'gzip', 'lzf' or a gzip level 0-9")
+
+
+def write(path_or_file: PathOrFile, graph: nir.NIRNode, *, compression: str | int | None = None) -> None:
+    """Write a NIR graph (or a single node) to a ``.nir`` file, in ``nir.write``'s layout.
+
+    Datasets are stored uncompressed unless ``compression`` is ``"gzip"``, ``"lzf"`` or a
+    gzip level 0-9 (applied with the shuffle filter to datasets of 1 KiB or more). A
+    path is written to a temporary file in the same folder, flushed to disk and renamed
+    over the target; on any failure the target is untouched and the temporary file is
+    removed. A binary file object receives the whole file in one write (from position
+    0 and truncated, when it can seek).
+
+    Raises :class:`NirFileError` naming the node, field or metadata key that cannot be
+    stored, or the file that cannot be written. Metadata lists and tuples are stored as
+    arrays and read back as numpy arrays; non-string keys are stored as strings (with a
+    :class:`LossyConversionWarning`).
     """
     if not isinstance(graph, nir.NIRNode):
         raise NirFileError(f"write expects a NIR graph or node, got {type(graph).__name__}")
-    data = graph.to_dict()
-    version = getattr(nir, "version", None) or "1.0.8"
-
-    def dump(target: Any) -> None:
-        with h5py.File(target, "w", track_order=True) as f:
-            f.create_dataset("version", data=version, dtype=h5py.string_dtype())
-            _write_group(f.create_group("node", track_order=True), data, compression)
-
+    _check_compression(compression)
     if isinstance(path_or_file, (str, os.PathLike)):
-        target = os.fspath(path_or_file)
-        folder = os.path.dirname(os.path.abspath(target))
-        handle, temporary = tempfile.mkstemp(prefix=".nirbridge-", suffix=".nir.tmp", dir=folder)
-        os.close(handle)
-        try:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(temporary, 0o666 & ~umask)
-            dump(temporary)
-            os.replace(temporary, target)
-        except BaseException as error:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-            if isinstance(error, (TypeError, ValueError, OSError)):
-                raise NirFileError(f"{target}: cannot write: {error}") from error
-            raise
-        return
-    buffer = io.BytesIO()
+        lossy = _write_path(os.fspath(path_or_file), graph, compression)
+    else:
+        lossy = _write_file(path_or_file, graph, compression)
+    for message in lossy:
+        warnings.warn(message, LossyConversionWarning, stacklevel=2)
+
+
+def _write_file(path_or_file: Any, graph: nir.NIRNode, compression: str | int | None) -> list[str]:
+    if not callable(getattr(path_or_file, "write", None)):
+        raise NirFileError(f"write expects a path or a binary file object, got {type(path_or_file).__name__}")
+    where = _describe(path_or_file)
+    if isinstance(path_or_file, io.TextIOBase):
+        raise NirFileError(f"{where}: is opened in text mode; open it in binary mode ('wb')")
+    fapl = _fapl()
+    fapl.set_fapl_core(backing_store=False)
     try:
-        dump(buffer)
-    except (TypeError, ValueError, OSError) as error:
-        raise NirFileError(f"{_describe(path_or_file)}: cannot write: {error}") from error
-    path_or_file.write(buffer.getvalue())
+        fid = h5f.create(b"nirbridge-image", h5f.ACC_TRUNC, fcpl=_fcpl(), fapl=fapl)
+        try:
+            lossy = _dump(fid, graph, compression)
+            h5f.flush(fid)
+            image = fid.get_file_image()
+        finally:
+            fid.close()
+    except NirFileError as error:
+        raise NirFileError(f"{where}: {error}") from error
+    except Exception as error:
+        raise NirFileError(f"{where}: cannot write: {type(error).__name__}: {error}") from error
+    try:
+        if getattr(path_or_file, "seekable", lambda: False)():
+            path_or_file.seek(0)
+            path_or_file.write(image)
+            path_or_file.truncate()
+        else:
+            path_or_file.write(image)
+    except TypeError as error:
+        raise NirFileError(f"{where}: is opened in text mode; open it in binary mode ('wb')") from error
+    except OSError as error:
+        raise NirFileError(f"{where}: cannot write: {error}") from error
+    return lossy
+
+
+def _write_path(target: str, graph: nir.NIRNode, compression: str | int | None) -> list[str]:
+    if os.path.islink(target):
+        target = os.path.realpath(target)
+    folder = os.path.dirname(os.path.abspath(target))
+    try:
+        mode = os.stat(target).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=".nirbridge-", suffix=".nir.tmp", dir=folder)
+    except OSError as error:
+        reason = error.strerror or error
+        raise NirFileError(f"{target}: cannot write in folder {folder!r}: {reason}") from error
+    os.close(handle)
+    try:
+        fid = h5f.create(os.fsencode(temporary), h5f.ACC_TRUNC, fcpl=_fcpl(), fapl=_fapl())
+        try:
+            lossy = _dump(fid, graph, compression)
+        finally:
+            fid.close()
+        descriptor = os.open(temporary, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except BaseException as error:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        if isinstance(error, NirFileError):
+            raise NirFileError(f"{target}: {error}") from error
+        if not isinstance(error, Exception):
+            raise
+        raise NirFileError(f"{target}: cannot write: {type(error).__name__}: {error}") from error
+    return lossy

@@ -25,6 +25,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_interpret.py
+	$(PY) benchmarks/bench_io.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check nirbridge tests benchmarks

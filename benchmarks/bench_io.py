@@ -4,7 +4,7 @@
     python benchmarks/bench_io.py --repeats 3
 
 Graphs:
-  weights  Input -> 4 x (Affine 2048x2048 float32 -> LIF 2048) -> Output, 67 MB of parameters
+  weights  bench_interpret.py's chain at width 2048: 4 x (Affine 2048x2048 float32 -> LIF), 67 MB
   chain    the 802-node Affine(8x8) -> LIF chain of bench_interpret.py (Input and Output included)
 
 Each tool writes its own file (nir gzips every dataset; nirbridge stores uncompressed
@@ -20,44 +20,12 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 
 import nir
 import numpy as np
-from bench_interpret import affine_lif_chain  # benchmarks/ is on sys.path when run as a script
+from bench_interpret import affine_lif_chain, best_of  # benchmarks/ is on sys.path when run as a script
 
 import nirbridge
-
-
-def weights_graph(width: int = 2048, layers: int = 4) -> nir.NIRGraph:
-    rng = np.random.default_rng(0)
-    nodes: dict[str, nir.NIRNode] = {"input": nir.Input(np.array([width]))}
-    edges, previous = [], "input"
-    for i in range(layers):
-        nodes[f"fc{i}"] = nir.Affine(
-            rng.normal(size=(width, width)).astype(np.float32), np.zeros(width, np.float32)
-        )
-        nodes[f"lif{i}"] = nir.LIF(
-            tau=np.full(width, 2e-3),
-            r=np.ones(width),
-            v_leak=np.zeros(width),
-            v_threshold=np.ones(width),
-            v_reset=np.zeros(width),
-        )
-        edges += [(previous, f"fc{i}"), (f"fc{i}", f"lif{i}")]
-        previous = f"lif{i}"
-    nodes["output"] = nir.Output(np.array([width]))
-    edges.append((previous, "output"))
-    return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
-
-
-def best_of(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def verdict(value: float, target: float) -> str:
@@ -107,7 +75,7 @@ def main() -> None:
     versions = f"nir {nir.version}, nirbridge {nirbridge.__version__}"
     print(f"{versions}, best of {args.repeats}; ratio = nir / nirbridge")
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(__file__))) as folder:
-        weights = run("weights", weights_graph(), folder, args.repeats)
+        weights = run("weights", affine_lif_chain(4, width=2048), folder, args.repeats)
         chain = run("chain", affine_lif_chain(400, width=8), folder, args.repeats)
     print("\ntargets")
     print(f"  weights write >= 5x faster:     {weights['write']:6.1f}x  {verdict(weights['write'], 5)}")

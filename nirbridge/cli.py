@@ -36,10 +36,22 @@ _NOT_PARAMETERS = {
 
 
 def _shape(types: Any) -> list[int] | None:
+    """A node's declared shape, or None where it is unknown or not a list of integers."""
     value = next(iter(types.values()), None) if isinstance(types, dict) else None
-    if value is None:
+    array = np.asarray(value) if value is not None else None
+    if array is None or array.dtype.kind not in "iu":
         return None
-    return [int(v) for v in np.asarray(value).reshape(-1)]
+    return [int(v) for v in array.reshape(-1)]
+
+
+def _dt(metadata: Any) -> float | None:
+    """metadata["dt"] as a float, None where absent, not one number, or not finite."""
+    value = metadata.get("dt") if isinstance(metadata, dict) else None
+    array = np.asarray(value) if value is not None else None
+    if array is None or array.size != 1 or array.dtype.kind not in "iuf":
+        return None
+    dt = float(array.reshape(-1)[0])
+    return dt if np.isfinite(dt) else None
 
 
 def _walk(graph: nir.NIRGraph, prefix: str = ""):
@@ -73,8 +85,6 @@ def summarize(loaded: NirFile) -> dict[str, Any]:
             if isinstance(value, (np.ndarray, np.number)) and np.asarray(value).dtype.kind in "biufc":
                 values[str(np.asarray(value).dtype)] += int(np.size(value))
                 size += int(np.asarray(value).nbytes)
-    metadata = getattr(root, "metadata", None) or {}
-    dt = metadata.get("dt") if isinstance(metadata, dict) else None
     return {
         "file": loaded.source,
         "version": loaded.version,
@@ -88,7 +98,7 @@ def summarize(loaded: NirFile) -> dict[str, Any]:
         "parameters": sum(values.values()),
         "parameter_bytes": size,
         "parameters_by_dtype": dict(sorted(values.items(), key=lambda item: (-item[1], item[0]))),
-        "dt": float(dt) if isinstance(dt, (int, float, np.number)) and not isinstance(dt, bool) else None,
+        "dt": _dt(getattr(root, "metadata", None)),
         "warnings": [message for _, message in loaded.warnings],
     }
 

@@ -37,7 +37,8 @@ import inspect
 import io
 import math
 import os
-import tempfile
+import secrets
+import threading
 import warnings
 import zlib
 from collections.abc import Iterator, Mapping
@@ -154,7 +155,7 @@ class _Reader:
         self.file_size = file_size = source.size
         self.budget = _EXPANSION * file_size + _SMALL
         self.objects_left = file_size // 16 + 64
-        self.groups: set[int] = set()
+        self.seen: set[int] = set()  # addresses of the groups and datasets read
         self.heaps: dict[int, dict[int, int]] = {}  # checked heap collections
         fcpl = source.fid.get_create_plist()
         self.base = fcpl.get_userblock()
@@ -163,13 +164,15 @@ class _Reader:
     def fail(self, path: str, message: str) -> NirFileError:
         return NirFileError(f"{self.where}: {path}: {message}")
 
-    def group(self, gid: h5g.GroupID, path: str, depth: int) -> dict[str, Any]:
+    def group(self, gid: h5g.GroupID, path: str, depth: int, only: set[str] | None = None) -> dict[str, Any]:
+        """The group's members as a dict; with ``only``, just those names (and no
+        complaint about the others)."""
         if depth > _MAX_DEPTH:
             raise self.fail(path, f"groups nested deeper than {_MAX_DEPTH} levels; not a NIR file")
         address = h5o.get_info(gid).addr
-        if address in self.groups:
-            raise self.fail(path, "a group linked twice (a cycle or shared group); not a NIR file")
-        self.groups.add(address)
+        if address in self.seen:
+            raise self.fail(path or "/", "a group linked twice (a cycle or shared group); not a NIR file")
+        self.seen.add(address)
         links: list[tuple[bytes, int]] = []
         order = h5p.CRT_ORDER_INDEXED & gid.get_create_plist().get_link_creation_order()
         gid.links.iterate(
@@ -183,7 +186,9 @@ class _Reader:
             if self.objects_left < 0:
                 raise self.fail(path, "more objects than a file of this size can hold; the file is corrupted")
             name = raw_name.decode("utf-8")
-            sub = f"{path}/{name}"
+            sub = f"{path}/{name}".lstrip("/")
+            if only is not None and name not in only:
+                continue
             if link_type != h5l.TYPE_HARD:
                 raise self.fail(sub, "is a soft or external link; NIR files hold only groups and datasets")
             obj = h5o.open(gid, raw_name)
@@ -196,6 +201,10 @@ class _Reader:
         return result
 
     def dataset(self, dsid: h5d.DatasetID, path: str) -> Any:
+        address = h5o.get_info(dsid).addr
+        if address in self.seen:
+            raise self.fail(path, "a dataset linked twice; not a NIR file")
+        self.seen.add(address)
         dcpl = dsid.get_create_plist()
         if dcpl.get_layout() not in (h5d.COMPACT, h5d.CONTIGUOUS, h5d.CHUNKED):
             raise self.fail(path, "is a virtual dataset, which reads other files; refused")
@@ -218,6 +227,9 @@ class _Reader:
             return None
         shape = space.shape
         claimed = math.prod(shape) * dtype.itemsize
+        if dcpl.get_layout() == h5d.CHUNKED:  # HDF5 inflates whole chunks, however small the extent
+            chunk = dcpl.get_chunk()
+            claimed = max(claimed, math.prod(-(-s // c) * c for s, c in zip(shape, chunk)) * dtype.itemsize)
         stored = dsid.get_storage_size()
         if stored > self.file_size or claimed > max(_SMALL, _EXPANSION * stored) or claimed > self.budget:
             raise self.fail(
@@ -249,9 +261,11 @@ class _Reader:
             return False
         chunk = tuple(dcpl.get_chunk())
         expected = math.prod(-(-size // edge) for size, edge in zip(out.shape, chunk))
+        if not hasattr(dsid, "chunk_iter"):  # h5py built on HDF5 before 1.12.3
+            return False
         infos: list[Any] = []
         dsid.chunk_iter(infos.append)
-        if len(infos) != expected:
+        if len(infos) != expected or len({info.chunk_offset for info in infos}) != expected:
             return False
         chunk_bytes = math.prod(chunk) * out.dtype.itemsize
         for info in infos:
@@ -266,8 +280,10 @@ class _Reader:
                 if info.filter_mask & (1 << position):
                     continue
                 if pipeline[position] == _DEFLATE:
-                    inflater = zlib.decompressobj()
-                    data = inflater.decompress(data, chunk_bytes)
+                    try:
+                        data = zlib.decompressobj().decompress(data, chunk_bytes)
+                    except zlib.error as error:
+                        raise self.fail(path, f"a compressed chunk is corrupted ({error})") from None
                 else:
                     items = np.frombuffer(data, np.uint8)[:chunk_bytes]
                     data = items.reshape(out.dtype.itemsize, -1).T.tobytes()
@@ -317,6 +333,9 @@ class _Reader:
                 objects = self.heaps[address] = self.heap_objects(address, path)
             if objects.get(index) != length:
                 raise self.fail(path, "a string points to a missing or mismatched global heap object")
+            self.budget -= length
+            if self.budget < 0:
+                raise self.fail(path, "its strings add up to more than a file of this size can hold")
 
     def heap_objects(self, address: int, path: str) -> dict[int, int]:
         """Walk one global heap collection as HDF5's parser does and return its objects'
@@ -345,16 +364,18 @@ class _Reader:
 
 
 def _decode(array: np.ndarray) -> Any:
-    """Strings as ``str`` (arrays of them as ``numpy.str_`` arrays); bytes that are not
-    UTF-8 stay bytes."""
+    """Strings as ``str``, arrays of them as object arrays of ``str`` (a fixed-width
+    array would pad every string to the longest); bytes that are not UTF-8 stay bytes."""
     try:
         if array.ndim == 0:
             value = array[()]
             return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-        text = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)]
+        text = np.empty(array.shape, dtype=object)
+        for index, value in np.ndenumerate(array):
+            text[index] = value.decode("utf-8") if isinstance(value, bytes) else str(value)
     except UnicodeDecodeError:
         return array[()] if array.ndim == 0 else array
-    return np.array(text, dtype=str).reshape(array.shape)
+    return text
 
 
 class _Builder:
@@ -441,74 +462,71 @@ class _Builder:
         array = np.asarray(value)
         if array.size == 0:
             return []
-        if array.dtype.kind != "U" or array.ndim != 2 or array.shape[1] != 2:
+        if array.dtype.kind not in "OU" or array.ndim != 2 or array.shape[1] != 2:
             got = f"{array.dtype} {array.shape}"
             raise self.fail(label, f"'edges' must be an (n, 2) array of node names, got {got}")
         return [(str(a), str(b)) for a, b in array.tolist()]
 
 
 class _Source:
-    """An opened file: the HDF5 handle, its size, and raw bytes for the heap check."""
+    """An opened file: the HDF5 handle, its size, and its raw bytes for the checks that
+    must run before HDF5 parses them (read through HDF5's own file descriptor, so both
+    see the same file)."""
 
     def __init__(self, source: Any, where: str) -> None:
         fapl = h5p.create(h5p.FILE_ACCESS)
         fapl.set_fclose_degree(h5f.CLOSE_STRONG)
         self.image: bytes | None = None
-        self.handle: IO[bytes] | None = None
+        self.lock = threading.Lock()
         if isinstance(source, (str, os.PathLike)):
             path = os.fspath(source)
             if os.path.isdir(path):
                 raise NirFileError(f"{where}: is a folder, not a .nir file")
-            try:
-                self.handle = open(path, "rb")  # closed in close()
-            except FileNotFoundError:
-                raise NirFileError(f"{where}: no such file") from None
-            except OSError as error:
-                raise NirFileError(f"{where}: cannot open: {error.strerror or error}") from error
-            self.size = os.fstat(self.handle.fileno()).st_size
+            if not os.path.exists(path):
+                raise NirFileError(f"{where}: no such file")
             name = os.fsencode(path)
         elif callable(getattr(source, "read", None)):
             if isinstance(source, io.TextIOBase):
                 raise NirFileError(f"{where}: is opened in text mode; open it in binary mode ('rb')")
             try:
-                if getattr(source, "seekable", lambda: False)():
+                if source.seekable():
                     source.seek(0)
                 image = source.read()
-            except OSError as error:
+            except (OSError, ValueError, AttributeError) as error:
                 raise NirFileError(f"{where}: cannot read: {error}") from error
             if not isinstance(image, (bytes, bytearray, memoryview)):
                 raise NirFileError(f"{where}: is opened in text mode; open it in binary mode ('rb')")
             self.image = bytes(image)
-            self.size = len(self.image)
+            if not self.image:
+                raise NirFileError(f"{where}: is empty")
             fapl.set_fapl_core(backing_store=False)
-            if self.size:
-                fapl.set_file_image(self.image)
+            fapl.set_file_image(self.image)
             name = b"nirbridge-image"
         else:
             raise NirFileError(f"expected a path or a binary file object, got {type(source).__name__}")
-        if not self.size:
-            self.close()
-            raise NirFileError(f"{where}: is empty")
         try:
             self.fid = h5f.open(name, h5f.ACC_RDONLY, fapl)
         except OSError as error:
-            self.close()
-            raise NirFileError(
-                f"{where}: not an HDF5 file, or a truncated or corrupted one ({error})"
-            ) from None
+            empty = self.image is None and os.path.getsize(name) == 0
+            reason = "is empty" if empty else f"not an HDF5 file, or a truncated or corrupted one ({error})"
+            raise NirFileError(f"{where}: {reason}") from None
+        if self.image is None:
+            self.descriptor = self.fid.get_vfd_handle()
+            self.size = os.fstat(self.descriptor).st_size
+        else:
+            self.size = len(self.image)
 
     def raw(self, offset: int, count: int) -> bytes:
         if self.image is not None:
             return self.image[offset : offset + count]
-        assert self.handle is not None
-        return os.pread(self.handle.fileno(), count, offset)
+        if hasattr(os, "pread"):
+            return os.pread(self.descriptor, count, offset)
+        with self.lock:  # no pread (Windows): seek and read as one step
+            os.lseek(self.descriptor, offset, os.SEEK_SET)
+            return os.read(self.descriptor, count)
 
     def close(self) -> None:
-        fid = getattr(self, "fid", None)
-        if fid is not None:
-            fid.close()
-        if self.handle is not None:
-            self.handle.close()
+        self.fid.close()
 
 
 def load(source: PathOrFile, *, check: bool = True) -> NirFile:
@@ -522,15 +540,12 @@ def load(source: PathOrFile, *, check: bool = True) -> NirFile:
     size = opened.size
     try:
         reader = _Reader(where, opened)
-        root = h5g.open(opened.fid, b"/")
-        version = "unknown"
-        if root.links.exists(b"version"):
-            obj = h5o.open(root, b"version")
-            value = reader.dataset(obj, "version") if isinstance(obj, h5d.DatasetID) else None
-            version = value if isinstance(value, str) else "unknown"
-        if not root.links.exists(b"node") or not isinstance(h5o.open(root, b"node"), h5g.GroupID):
+        root = reader.group(h5g.open(opened.fid, b"/"), "", 0, only={"version", "node"})
+        version = root.get("version")
+        version = version if isinstance(version, str) else "unknown"
+        if not isinstance(root.get("node"), dict):
             raise NirFileError(f"{where}: not a NIR file (no 'node' group)")
-        tree = reader.group(h5o.open(root, b"node"), "node", 0)
+        tree = root["node"]
     except NirBridgeError:
         raise
     except Exception as error:
@@ -720,7 +735,7 @@ class _Writer:
             elif value is None:
                 raise NirFileError(f"{what} is None, which HDF5 cannot store; drop the key or store a value")
             else:
-                self.dataset(group, name, _array(value, what))
+                self.dataset(group, name, _array(value, what, self.lossy))
 
 
 def _text(value: str) -> np.ndarray:
@@ -730,8 +745,10 @@ def _text(value: str) -> np.ndarray:
     return np.array(encoded, dtype=h5py.string_dtype("utf-8", max(1, len(encoded))))
 
 
-def _array(value: Any, what: str) -> np.ndarray:
+def _array(value: Any, what: str, lossy: list[str] | None = None) -> np.ndarray:
     if isinstance(value, (str, bytes)):
+        if isinstance(value, bytes) and lossy is not None:
+            lossy.append(f"{what} is bytes; it is stored as UTF-8 text and reads back as str")
         return _text(value if isinstance(value, str) else _from_bytes(value))
     try:
         array = np.asarray(value)
@@ -740,6 +757,12 @@ def _array(value: Any, what: str) -> np.ndarray:
     if array.dtype.kind in "US" or (
         array.dtype.kind == "O" and array.size and all(isinstance(v, (str, bytes)) for v in array.flat)
     ):
+        if (
+            lossy is not None
+            and isinstance(value, (list, tuple))
+            and not all(isinstance(v, str) for v in value)
+        ):
+            lossy.append(f"{what} mixes strings with other values; all are stored as strings")
         encoded = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in array.flat]
         if any(b"\0" in e for e in encoded):
             raise NirFileError(f"{what} holds a NUL character, which HDF5 strings cannot store")
@@ -879,16 +902,17 @@ def _write_file(path_or_file: Any, graph: nir.NIRNode, compression: str | int | 
     except Exception as error:
         raise NirFileError(f"{where}: cannot write: {type(error).__name__}: {error}") from error
     try:
-        if getattr(path_or_file, "seekable", lambda: False)():
+        if path_or_file.seekable() and path_or_file.tell():
             path_or_file.seek(0)
-            path_or_file.write(image)
-            path_or_file.truncate()
-        else:
-            path_or_file.write(image)
+        path_or_file.write(image)
     except TypeError as error:
         raise NirFileError(f"{where}: is opened in text mode; open it in binary mode ('wb')") from error
-    except OSError as error:
+    except (OSError, ValueError, AttributeError) as error:
         raise NirFileError(f"{where}: cannot write: {error}") from error
+    try:  # drop what an older, longer file left behind; HDF5 ignores it where this fails
+        path_or_file.truncate()
+    except (OSError, ValueError, AttributeError):
+        pass
     return lossy
 
 
@@ -897,29 +921,24 @@ def _write_path(target: str, graph: nir.NIRNode, compression: str | int | None) 
         target = os.path.realpath(target)
     folder = os.path.dirname(os.path.abspath(target))
     try:
-        mode = os.stat(target).st_mode & 0o7777
+        mode: int | None = os.stat(target).st_mode & 0o7777
     except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
+        mode = None  # a new file gets 0o666 less the umask, as open() gives
+    temporary = os.path.join(folder, f".nirbridge-{secrets.token_hex(8)}.nir.tmp")
     try:
-        handle, temporary = tempfile.mkstemp(prefix=".nirbridge-", suffix=".nir.tmp", dir=folder)
+        os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     except OSError as error:
         reason = error.strerror or error
         raise NirFileError(f"{target}: cannot write in folder {folder!r}: {reason}") from error
-    os.close(handle)
     try:
         fid = h5f.create(os.fsencode(temporary), h5f.ACC_TRUNC, fcpl=_fcpl(), fapl=_fapl())
         try:
             lossy = _dump(fid, graph, compression)
         finally:
             fid.close()
-        descriptor = os.open(temporary, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-        os.chmod(temporary, mode)
+        _fsync(temporary)
+        if mode is not None:
+            os.chmod(temporary, mode)
         os.replace(temporary, target)
     except BaseException as error:
         if os.path.exists(temporary):
@@ -929,4 +948,16 @@ def _write_path(target: str, graph: nir.NIRNode, compression: str | int | None) 
         if not isinstance(error, Exception):
             raise
         raise NirFileError(f"{target}: cannot write: {type(error).__name__}: {error}") from error
+    try:  # make the rename itself durable (POSIX; folders cannot be opened on Windows)
+        _fsync(folder)
+    except OSError:
+        pass
     return lossy
+
+
+def _fsync(path: str) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

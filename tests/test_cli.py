@@ -105,6 +105,17 @@ def test_info_fails_with_one_line_per_unreadable_file(tmp_path):
     assert result.stdout.startswith(str(good))  # the readable file is still summarised
 
 
+def test_info_reports_shapes_and_dt_it_cannot_read_as_unknown(tmp_path):
+    graph = network()
+    graph.nodes["input"] = nir.Input({"input": np.array(["a", "b"])})
+    graph.metadata = {"dt": float("nan")}
+    nirbridge.write(tmp_path / "odd.nir", graph)
+    result = CliRunner().invoke(main, ["info", "--json", str(tmp_path / "odd.nir")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["inputs"] == {"input": None} and summary["dt"] is None
+
+
 def test_the_console_script_is_installed():
     script = os.path.join(os.path.dirname(sys.executable), "nirbridge")
     path = str(EXAMPLES / "NIR__paper__02_cnn__cnn_sinabs.nir")

@@ -832,7 +832,7 @@ def big_weights() -> nir.NIRGraph:
     return chain([nir.Affine(weight, rng.normal(size=700).astype(np.float32))], (300,))
 
 
-def test_large_compressed_datasets_inflate_in_parallel_to_the_same_values(tmp_path):
+def test_large_datasets_are_read_in_parallel_to_the_same_values(tmp_path):
     graph = big_weights()
     nir.write(tmp_path / "nir.nir", graph)
     nirbridge.write(tmp_path / "gzip.nir", graph, compression="gzip")  # shuffle + deflate
@@ -856,6 +856,17 @@ def test_large_compressed_datasets_inflate_in_parallel_to_the_same_values(tmp_pa
         assert taken == (name != "lzf")
         if taken:
             np.testing.assert_array_equal(out, graph.nodes["n0"].weight)
+    # uncompressed, the weight is read straight into the array in parts on several threads
+    nirbridge.write(tmp_path / "plain.nir", graph)
+    assert_same(graph, nirbridge.read(tmp_path / "plain.nir"))
+    source = nirbridge.io._Source(str(tmp_path / "plain.nir"), "plain")
+    try:
+        dataset = h5py.h5o.open(source.fid, b"node/nodes/n0/weight")
+        out = np.zeros((700, 300))
+        assert nirbridge.io._Reader("plain", source).read_contiguous(dataset, dataset.get_create_plist(), out)
+    finally:
+        source.close()
+    np.testing.assert_array_equal(out, graph.nodes["n0"].weight)
 
 
 def test_corrupted_compressed_chunks_are_refused(tmp_path):

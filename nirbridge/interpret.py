@@ -9,6 +9,7 @@ shows the wiring and how the state is threaded (see :mod:`nirbridge.state`).
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import io
@@ -20,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import nir
+import numpy as np
 import torch
 import torch.fx as fx
 
@@ -230,13 +232,21 @@ _RESERVED = frozenset(dir(fx.GraphModule)) | {"graph", "code", "meta", "training
 def _module_path(name: str) -> str:
     segments = []
     for segment in name.split("."):
-        fixed = segment
-        while fixed in _RESERVED or fixed.startswith("_"):
+        # fx writes non-identifier names into generated code as getattr(self, "...")
+        cleaned = "".join("_" if c in '"\\' or not c.isprintable() else c for c in segment)
+        fixed = cleaned
+        while fixed in _RESERVED or fixed.startswith("_") or keyword.iskeyword(fixed):
             fixed = f"{fixed}_" if not fixed.startswith("_") else f"n{fixed}"
         if fixed != segment:
+            why = (
+                "holds quotes, backslashes or unprintable characters"
+                if cleaned != segment
+                else "is a Python keyword"
+                if keyword.iskeyword(segment)
+                else "is an attribute of torch modules"
+            )
             warnings.warn(
-                f"node {name!r}: {segment!r} is an attribute of torch modules, so the "
-                f"submodule is called {fixed!r} instead",
+                f"node {name!r}: {segment!r} {why}, so the submodule is called {fixed!r} instead",
                 RepairWarning,
                 stacklevel=4,
             )
@@ -257,15 +267,16 @@ def _install(root: torch.nn.Module, path: str, module: torch.nn.Module) -> None:
 
 
 def _placeholder_name(name: str, taken: set[str]) -> str:
-    candidate = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "input"
+    # keep only characters Python allows inside identifiers ("²" is alphanumeric but not)
+    candidate = "".join(c if f"_{c}".isidentifier() else "_" for c in name) or "input"
     if (
-        candidate[0].isdigit()
+        not candidate.isidentifier()
         or candidate in ("state", "self")
         or candidate.startswith("_")
         or keyword.iskeyword(candidate)
     ):
         candidate = f"input_{candidate}".replace("__", "_")
-    while candidate in taken or not candidate.isidentifier():
+    while candidate in taken:
         candidate += "_"
     taken.add(candidate)
     return candidate
@@ -284,6 +295,7 @@ def _build(
     module_paths: dict[str, str] = {}
     built: dict[str, torch.nn.Module] = {}
     stateful: dict[str, bool] = {}
+    used_paths: set[str] = set()
     for name in the_plan.order:
         node = nodes[name]
         if isinstance(node, _STRUCTURAL):
@@ -294,7 +306,11 @@ def _build(
         else:
             module = _convert(label, node, node_map, dt)
         built[name] = module
-        module_paths[name] = _module_path(name)
+        module_path = _module_path(name)
+        while module_path in used_paths:  # two names that were repaired alike
+            module_path += "_"
+        used_paths.add(module_path)
+        module_paths[name] = module_path
         stateful[name] = _is_stateful(module)
     for name in sorted(module_paths, key=lambda n: module_paths[n].count(".")):
         _install(root, module_paths[name], built[name])
@@ -373,8 +389,34 @@ def _build(
         "inputs": list(the_plan.inputs),
         "outputs": list(the_plan.outputs),
         "module_paths": module_paths,
+        # what torch_to_nir needs to export the graph again with current parameters
+        "order": list(nodes),
+        "edges": [(str(a), str(b)) for a, b in graph.edges],
+        "io": _io_nodes(nodes, shapes),
+        "metadata": dict(graph.metadata) if isinstance(graph.metadata, Mapping) else {},
+        "node_metadata": {
+            name: copy.deepcopy(node.metadata)
+            for name, node in nodes.items()
+            if isinstance(getattr(node, "metadata", None), Mapping) and node.metadata
+        },
     }
     return gm
+
+
+def _io_nodes(nodes: Mapping[str, Any], shapes: graph_utils.Shapes) -> dict[str, nir.NIRNode]:
+    """Input and Output nodes with the shapes inferred for them (batch axis excluded)."""
+    result: dict[str, nir.NIRNode] = {}
+    for name, node in nodes.items():
+        if isinstance(node, nir.Input):
+            shape = shapes.outputs.get(name)
+            result[name] = nir.Input(np.array(shape)) if shape is not None else copy.deepcopy(node)
+        elif isinstance(node, nir.Output):
+            shape = shapes.inputs.get(name)
+            result[name] = nir.Output(np.array(shape)) if shape is not None else copy.deepcopy(node)
+        else:
+            continue
+        result[name].metadata = {}  # kept apart in "node_metadata"
+    return result
 
 
 def _safe(name: str) -> str:

@@ -723,3 +723,21 @@ def test_odd_names_inputs_and_reserved_attributes(rng):
         gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
     out, _ = gm(torch.ones(1, 2, dtype=torch.float64))
     assert torch.equal(out, torch.full((1, 2), 6.0, dtype=torch.float64))
+
+
+def test_names_python_cannot_write_become_safe_module_paths_and_arguments(rng):
+    """Keywords, quotes, control characters and non-identifier letters once broke fx's
+    generated code or looped forever; they get safe names and the graph runs."""
+    odd = ["if", 'say "hi"', "\r", "a\\b", "²"]
+    nodes = {"x²": nir.Input(np.array([2]))}
+    nodes.update({name: nir.Scale(np.full(2, i + 2.0)) for i, name in enumerate(odd)})
+    nodes["out"] = nir.Output(np.array([2]))
+    chain_names = ["x²", *odd, "out"]
+    graph = nir.NIRGraph(nodes=nodes, edges=list(zip(chain_names, chain_names[1:])), type_check=False)
+    with pytest.warns(nirbridge.RepairWarning) as caught:
+        gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    reasons = " ".join(str(w.message) for w in caught)
+    assert "is a Python keyword" in reasons and "unprintable" in reasons
+    out, _ = gm(torch.ones(1, 2, dtype=torch.float64))
+    assert torch.equal(out, torch.full((1, 2), 2.0 * 3 * 4 * 5 * 6, dtype=torch.float64))
+    assert len(set(gm.meta["nirbridge"]["module_paths"].values())) == len(odd)

@@ -106,3 +106,20 @@ def test_to_nir_round_trip():
     assert node.tau.tolist() == pytest.approx([1e-3, 2e-3])
     again = LIF.from_nir(node, dt=DT)
     assert torch.equal(again.tau, lif.tau)
+
+
+def test_state_dicts_with_scalar_parameters_load_into_per_neuron_buffers():
+    scalar = LIF(tau=2e-3, r=3.0, v_threshold=0.5, dt=DT)
+    wide = LIF(tau=np.ones(4), r=np.ones(4), v_threshold=np.ones(4), dt=DT)
+    wide.load_state_dict(scalar.state_dict())
+    assert wide.tau.shape == (4,) and torch.all(wide.tau == 2e-3) and torch.all(wide.r == 3.0)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        LIF(tau=np.ones(3), dt=DT).load_state_dict(wide.state_dict())
+
+
+def test_a_loaded_delay_updates_its_step_counts():
+    d = Delay(np.zeros(3), dt=1e-3).double()
+    d.load_state_dict(Delay(np.array([0.0, 1e-3, 3e-3]), dt=1e-3).state_dict())
+    xs = np.arange(1, 7, dtype=np.float64)[:, None, None] * np.ones((1, 1, 3))
+    got, _ = run(d, xs)
+    np.testing.assert_array_equal(got[:, 0, 2], [0, 0, 0, 1, 2, 3])

@@ -80,6 +80,20 @@ class _Neuron(torch.nn.Module):
                 "together; give every parameter the neuron population's shape"
             ) from None
 
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        # Parameters saved with a broadcastable shape (a scalar tau from a hand-built
+        # model) load into this module's per-neuron buffers, expanded.
+        for name in self.params:
+            key = prefix + name
+            value, own = state_dict.get(key), getattr(self, name)
+            if isinstance(value, torch.Tensor) and value.shape != own.shape:
+                try:
+                    if torch.broadcast_shapes(value.shape, own.shape) == own.shape:
+                        state_dict[key] = value.expand(own.shape)
+                except RuntimeError:
+                    pass  # left for torch to report as a size mismatch
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
     def _shape(self, x: torch.Tensor) -> torch.Size:
         return torch.broadcast_shapes(x.shape, *(getattr(self, n).shape for n in self.params))
 
@@ -327,9 +341,17 @@ class Delay(torch.nn.Module):
         if not bool(torch.isfinite(delay_tensor).all()) or bool((delay_tensor < 0).any()):
             raise ParameterError("Delay: parameter 'delay' must be finite and non-negative seconds")
         self.register_buffer("delay", delay_tensor)
-        steps = np.rint(delay_tensor.numpy() / self.dt).astype(np.int64)
-        self.register_buffer("steps", torch.from_numpy(steps), persistent=False)
-        self.max_steps = int(steps.max()) if steps.size else 0
+        self.register_buffer("steps", torch.zeros(delay_tensor.shape, dtype=torch.int64), persistent=False)
+        self._update_steps()
+
+    def _update_steps(self) -> None:
+        steps = torch.round(self.delay.detach().to(torch.float64) / self.dt).to(torch.int64)
+        self.steps = steps.to(self.delay.device)
+        self.max_steps = int(steps.max()) if steps.numel() else 0
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        super()._load_from_state_dict(state_dict, prefix, *args)
+        self._update_steps()  # the step counts follow a loaded delay
 
     @classmethod
     def from_nir(cls, node: Any, dt: float = DEFAULT_DT) -> Delay:

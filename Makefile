@@ -26,6 +26,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_interpret.py
 	$(PY) benchmarks/bench_io.py
+	$(PY) benchmarks/bench_trace.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check nirbridge tests benchmarks

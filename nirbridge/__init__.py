@@ -1,7 +1,8 @@
 """nirbridge: move spiking neural networks between PyTorch and NIR.
 
 ``nir_to_torch`` turns a ``nir.NIRGraph`` (or a ``.nir`` file) into a stateful
-``torch.fx.GraphModule``; ``read`` and ``write`` handle ``.nir`` files, and the
+``torch.fx.GraphModule``; ``torch_to_nir`` traces a torch model into a ``nir.NIRGraph``;
+``read`` and ``write`` handle ``.nir`` files, and the
 ``nirbridge info FILE`` command summarises one. The time-step
 semantics are documented in :mod:`nirbridge.neurons.functional` and
 :mod:`nirbridge.graph`; the state layout in :mod:`nirbridge.state`.
@@ -11,6 +12,7 @@ from . import neurons as neurons
 from .errors import GraphStructureError as GraphStructureError
 from .errors import LossyConversionWarning as LossyConversionWarning
 from .errors import MissingNodeError as MissingNodeError
+from .errors import MissingShapeError as MissingShapeError
 from .errors import NirBridgeError as NirBridgeError
 from .errors import NirBridgeWarning as NirBridgeWarning
 from .errors import NirFileError as NirFileError
@@ -19,13 +21,16 @@ from .errors import NodeConversionError as NodeConversionError
 from .errors import ParameterError as ParameterError
 from .errors import RepairWarning as RepairWarning
 from .errors import ShapeMismatchError as ShapeMismatchError
+from .errors import TraceError as TraceError
 from .errors import UnknownNodeTypeError as UnknownNodeTypeError
+from .errors import UnsupportedModuleError as UnsupportedModuleError
 from .errors import UnsupportedNodeError as UnsupportedNodeError
 from .interpret import DEFAULT_MAP as DEFAULT_MAP
 from .interpret import nir_to_torch as nir_to_torch
 from .io import read as read
 from .io import write as write
 from .state import StateError as StateError
+from .trace import torch_to_nir as torch_to_nir
 
 __version__ = "0.1.0"
 
@@ -34,6 +39,7 @@ __all__ = [
     "GraphStructureError",
     "LossyConversionWarning",
     "MissingNodeError",
+    "MissingShapeError",
     "NirBridgeError",
     "NirBridgeWarning",
     "NirFileError",
@@ -43,11 +49,14 @@ __all__ = [
     "RepairWarning",
     "ShapeMismatchError",
     "StateError",
+    "TraceError",
     "UnknownNodeTypeError",
+    "UnsupportedModuleError",
     "UnsupportedNodeError",
     "__version__",
     "neurons",
     "nir_to_torch",
     "read",
+    "torch_to_nir",
     "write",
 ]

@@ -52,6 +52,34 @@ class UnsupportedNodeError(NirBridgeError):
         self.offenders = offenders
 
 
+class UnsupportedModuleError(NirBridgeError):
+    """:func:`nirbridge.torch_to_nir` met module types or functions its map lacks.
+
+    ``offenders`` maps each description (``"module ReLU"``, ``"function torch.sigmoid"``)
+    to where it occurs (module paths, or the enclosing module and source line).
+    """
+
+    def __init__(self, offenders: dict[str, list[str]], supported: Iterable[str], fix: str) -> None:
+        lines = [f"  {what}: {', '.join(places)}" for what, places in offenders.items()]
+        super().__init__(
+            f"torch_to_nir cannot convert {len(offenders)} kind(s) of module or function "
+            "(kind: where):\n"
+            + "\n".join(lines)
+            + f"\nSupported: {', '.join(supported) or 'nothing (default_map={} and no module_map)'}."
+            + f"\nFix: {fix}."
+        )
+        self.offenders = offenders
+
+
+class TraceError(NirBridgeError):
+    """torch.fx could not trace a module's ``forward`` (data-dependent control flow,
+    calls fx cannot follow); the message names the module and the cause."""
+
+
+class MissingShapeError(NirBridgeError):
+    """A shape NIR needs cannot be found without an example input."""
+
+
 class NodeConversionError(NirBridgeError):
     """A converter failed on a node; the original exception is chained."""
 

@@ -1,12 +1,14 @@
-"""Stateless NIR primitives as torch modules: Affine, Linear, Scale, Conv, pooling,
-Flatten and Threshold.
+"""Stateless NIR primitives ⇄ torch modules: Affine, Linear, Scale, Conv, pooling,
+Flatten and Threshold, both directions side by side.
 
-Each ``*_to_torch`` function converts one NIR node; NIR shapes exclude the batch axis,
-torch tensors carry it first, so dims given in NIR (Flatten) are shifted by one.
+Each ``*_to_torch`` function converts one NIR node to a module and each ``*_to_nir``
+function one module to a NIR node. NIR shapes exclude the batch axis, torch tensors
+carry it first, so dims given in NIR (Flatten) are shifted by one.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import nir
@@ -14,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .errors import ParameterError
+from .errors import LossyConversionWarning, ParameterError
 from .graph import ints, pool_args
 from .neurons.functional import spike
 
@@ -24,13 +26,21 @@ __all__ = [
     "SumPool2d",
     "Threshold",
     "affine_to_torch",
+    "avgpool2d_to_nir",
     "avgpool2d_to_torch",
     "conv1d_to_torch",
     "conv2d_to_torch",
+    "conv_to_nir",
+    "flatten_function_to_nir",
+    "flatten_to_nir",
     "flatten_to_torch",
+    "linear_to_nir",
     "linear_to_torch",
+    "scale_to_nir",
     "scale_to_torch",
+    "sumpool2d_to_nir",
     "sumpool2d_to_torch",
+    "threshold_to_nir",
     "threshold_to_torch",
 ]
 
@@ -180,7 +190,18 @@ def _conv(node: Any, dims: int) -> torch.nn.Module:
         module.weight.copy_(weight)
         if has_bias:
             module.bias.copy_(bias.expand(weight.shape[0]) if bias.numel() == 1 else bias)
+    if has_bias:
+        module.register_load_state_dict_pre_hook(_zero_bias_if_absent)
     return module
+
+
+def _zero_bias_if_absent(
+    module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any
+) -> None:
+    """NIR convolutions always carry a bias, so a bias-free torch conv exports a zero
+    one; loading that conv's state dict (no ``bias`` key) sets the bias to zero."""
+    if prefix + "weight" in state_dict and prefix + "bias" not in state_dict:
+        state_dict[prefix + "bias"] = torch.zeros_like(module.bias)
 
 
 def conv1d_to_torch(node: nir.Conv1d) -> torch.nn.Conv1d:
@@ -207,3 +228,138 @@ def sumpool2d_to_torch(node: nir.SumPool2d) -> SumPool2d:
 def flatten_to_torch(node: nir.Flatten) -> Flatten:
     """Flatten with NIR's dims (counted without the batch axis)."""
     return Flatten(int(node.start_dim), int(node.end_dim))
+
+
+# ----------------------------------------------------------------------------- torch → NIR
+
+
+def _array(tensor: torch.Tensor) -> np.ndarray:
+    """A numpy copy of a parameter, keeping its floating dtype."""
+    return tensor.detach().cpu().numpy().copy()
+
+
+def linear_to_nir(module: torch.nn.Linear) -> nir.Affine | nir.Linear:
+    """``torch.nn.Linear`` as Affine ``y = W x + b``, or Linear ``y = W x`` without bias."""
+    if module.bias is None:
+        return nir.Linear(weight=_array(module.weight))
+    return nir.Affine(weight=_array(module.weight), bias=_array(module.bias))
+
+
+def scale_to_nir(module: Scale) -> nir.Scale:
+    return nir.Scale(scale=_array(module.scale))
+
+
+def threshold_to_nir(module: Threshold) -> nir.Threshold:
+    return nir.Threshold(threshold=_array(module.threshold))
+
+
+def conv_to_nir(module: torch.nn.Conv1d | torch.nn.Conv2d) -> nir.Conv1d | nir.Conv2d:
+    """``torch.nn.Conv1d``/``Conv2d`` as NIR Conv1d/Conv2d; stride, padding, dilation and
+    groups are kept. ``input_shape`` is filled in by the tracer once shapes are known.
+
+    Padding modes other than zeros have no NIR form: they are exported as zero padding
+    with a :class:`LossyConversionWarning`.
+    """
+    dims = module.weight.ndim - 2
+    if module.padding_mode != "zeros":
+        warnings.warn(
+            f"{type(module).__name__}: padding_mode={module.padding_mode!r} has no NIR form; "
+            "the exported convolution pads with zeros, so values near the border change",
+            LossyConversionWarning,
+            stacklevel=2,
+        )
+    padding: str | np.ndarray
+    if isinstance(module.padding, str):
+        padding = module.padding
+        if padding == "valid":
+            padding = np.zeros(dims, dtype=np.int64)
+        else:
+            totals = [d * (k - 1) for d, k in zip(module.dilation, module.kernel_size)]
+            if all(t % 2 == 0 for t in totals):
+                padding = np.array([t // 2 for t in totals], dtype=np.int64)
+    else:
+        padding = np.array(module.padding, dtype=np.int64)
+    weight = _array(module.weight)
+    bias = _array(module.bias) if module.bias is not None else np.zeros(weight.shape[0], weight.dtype)
+    cls = nir.Conv1d if dims == 1 else nir.Conv2d
+    return cls(
+        input_shape=None,
+        weight=weight,
+        stride=np.array(module.stride, dtype=np.int64) if dims == 2 else int(module.stride[0]),
+        padding=padding if dims == 2 or isinstance(padding, str) else int(padding[0]),
+        dilation=np.array(module.dilation, dtype=np.int64) if dims == 2 else int(module.dilation[0]),
+        groups=int(module.groups),
+        bias=bias,
+    )
+
+
+def _pair(value: int | tuple[int, ...] | None, default: tuple[int, int]) -> np.ndarray:
+    if value is None:
+        return np.array(default, dtype=np.int64)
+    if isinstance(value, int):
+        return np.array((value, value), dtype=np.int64)
+    return np.array(tuple(value) * (2 if len(value) == 1 else 1), dtype=np.int64)
+
+
+def avgpool2d_to_nir(module: torch.nn.AvgPool2d) -> nir.AvgPool2d:
+    """``torch.nn.AvgPool2d`` as NIR AvgPool2d (zero padding counted in the average).
+
+    ``count_include_pad=False`` with padding, ``ceil_mode=True`` and ``divisor_override``
+    have no NIR form; they warn with :class:`LossyConversionWarning` and are dropped.
+    """
+    kernel = _pair(module.kernel_size, (1, 1))
+    stride = _pair(module.stride or None, tuple(kernel))
+    padding = _pair(module.padding, (0, 0))
+    lost = []
+    if not module.count_include_pad and padding.any():
+        lost.append("count_include_pad=False (NIR counts the zero padding in the average)")
+    if module.ceil_mode:
+        lost.append("ceil_mode=True (NIR rounds the output size down)")
+    if module.divisor_override:
+        lost.append(f"divisor_override={module.divisor_override} (NIR divides by the window size)")
+    if lost:
+        warnings.warn(
+            f"AvgPool2d: {'; '.join(lost)} cannot be expressed in NIR and is dropped",
+            LossyConversionWarning,
+            stacklevel=2,
+        )
+    return nir.AvgPool2d(kernel_size=kernel, stride=stride, padding=padding)
+
+
+def sumpool2d_to_nir(module: SumPool2d) -> nir.SumPool2d:
+    return nir.SumPool2d(
+        kernel_size=np.array(module.kernel_size, dtype=np.int64),
+        stride=np.array(module.stride, dtype=np.int64),
+        padding=np.array(module.padding, dtype=np.int64),
+    )
+
+
+def _nir_dim(dim: int, what: str, owner: str) -> int:
+    """A torch dim (batch axis 0) as a NIR dim (batch axis excluded)."""
+    if dim == 0:
+        raise ParameterError(
+            f"{owner}: {what}=0 flattens the batch axis into the features, which NIR cannot "
+            f"express; flatten from dim 1 (torch.flatten(x, 1) or nn.Flatten())"
+        )
+    return dim - 1 if dim > 0 else dim
+
+
+def flatten_to_nir(module: torch.nn.Flatten) -> nir.Flatten:
+    """``torch.nn.Flatten`` (dims counted with the batch axis) as NIR Flatten (without).
+
+    ``input_type`` is filled in by the tracer once shapes are known.
+    """
+    return nir.Flatten(
+        input_type=None,
+        start_dim=_nir_dim(module.start_dim, "start_dim", "Flatten"),
+        end_dim=_nir_dim(module.end_dim, "end_dim", "Flatten"),
+    )
+
+
+def flatten_function_to_nir(input: Any, start_dim: int = 0, end_dim: int = -1) -> nir.Flatten:
+    """``torch.flatten(x, start_dim, end_dim)`` / ``x.flatten(...)`` as NIR Flatten."""
+    return nir.Flatten(
+        input_type=None,
+        start_dim=_nir_dim(start_dim, "start_dim", "torch.flatten"),
+        end_dim=_nir_dim(end_dim, "end_dim", "torch.flatten"),
+    )

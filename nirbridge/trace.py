@@ -1,0 +1,992 @@
+"""torch module → NIR graph.
+
+:func:`torch_to_nir` traces a module's ``forward`` with ``torch.fx``. Every module whose
+type is in the merged map (``DEFAULT_MAP`` below is the support table) is a leaf: its
+converter turns it into one NIR node named after the module's qualified name. Functions
+and tensor methods are looked up in the same map: ``torch.flatten`` becomes a Flatten
+node and ``+`` between tensors becomes fan-in, two edges into whatever consumes the sum
+(NIR sums a node's incoming edges). Containers such as ``nn.Sequential`` and the user's
+own modules are traced through.
+
+Stateful leaves (a ``forward`` with a ``state`` parameter, and modules built by
+:func:`nirbridge.nir_to_torch`) return ``(out, state)``; the tracer follows ``out`` and
+drops the state. A model whose ``forward`` has a ``state`` parameter is traced with
+``state=None`` and must return ``(output, state)``.
+
+Shapes (batch axis excluded) come from ``example_input`` when given, otherwise from the
+weights of the layers an Input feeds; they are propagated through the graph with
+:func:`nirbridge.graph.infer_shapes` and written into every node's ``input_type`` and
+``output_type`` (and conv nodes' ``input_shape``). Neuron parameters given as scalars
+are broadcast to their population's shape. The model itself is never run.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import inspect
+import math
+import operator
+import os
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import nir
+import numpy as np
+import torch
+import torch.fx as fx
+from torch import nn
+
+from . import graph as graph_utils
+from . import layers, neurons
+from .errors import (
+    GraphStructureError,
+    LossyConversionWarning,
+    MissingShapeError,
+    NirBridgeError,
+    NodeConversionError,
+    ParameterError,
+    RepairWarning,
+    ShapeMismatchError,
+    TraceError,
+    UnsupportedModuleError,
+)
+from .neurons.modules import DEFAULT_DT, check_dt
+
+__all__ = [
+    "BRIDGE",
+    "DEFAULT_MAP",
+    "FAN_IN",
+    "ModuleMap",
+    "graph_module_to_nir",
+    "neuron_to_nir",
+    "torch_to_nir",
+]
+
+
+class _Marker:
+    def __init__(self, name: str, doc: str) -> None:
+        self.name, self.__doc__ = name, doc
+
+    def __repr__(self) -> str:
+        return f"nirbridge.trace.{self.name}"
+
+
+FAN_IN = _Marker(
+    "FAN_IN",
+    "Map value for addition: ``a + b`` becomes edges from both operands' sources into "
+    "every consumer of the sum, since NIR sums a node's incoming edges.",
+)
+BRIDGE = _Marker(
+    "BRIDGE",
+    "Map value for modules that pass their input through: the module is left out and its "
+    "input is connected to its consumers (``nn.Identity``, and every type in ``skip=``).",
+)
+
+ModuleMap = Mapping[Any, Any]
+
+
+def neuron_to_nir(module: Any) -> nir.NIRNode:
+    """A :mod:`nirbridge.neurons` module as its NIR node, with its current parameters."""
+    return module.to_nir()
+
+
+def graph_module_to_nir(module: fx.GraphModule, *, module_map: ModuleMap | None = None) -> nir.NIRGraph:
+    """A module built by :func:`nirbridge.nir_to_torch` as the NIR graph it runs.
+
+    Node names, node order, edges (recurrent ones included) and metadata are those of
+    the graph it was built from; parameters are the module's current ones, so training
+    the imported module and exporting it carries the trained values. Each submodule is
+    converted through ``module_map`` (default: :data:`DEFAULT_MAP`).
+    """
+    meta = _nir_meta(module)
+    if meta is None:
+        raise NirBridgeError(
+            f"{type(module).__name__} was not built by nirbridge.nir_to_torch, so it holds no "
+            "NIR graph; trace its parent instead, or map its type with module_map"
+        )
+    the_map = DEFAULT_MAP if module_map is None else module_map
+    offenders = _graph_module_offenders(module, the_map, "")
+    if offenders:
+        raise _unsupported(offenders, the_map)
+    nodes: dict[str, nir.NIRNode] = {}
+    for name in meta["order"]:
+        if name in meta["io"]:
+            nodes[name] = copy.deepcopy(meta["io"][name])
+        else:
+            sub = module.get_submodule(meta["module_paths"][name])
+            nodes[name] = _call_handler(_lookup_module(the_map, sub), sub, name, the_map, None)
+        if name in meta["node_metadata"] and not nodes[name].metadata:
+            nodes[name].metadata = copy.deepcopy(meta["node_metadata"][name])
+    return nir.NIRGraph(
+        nodes=nodes, edges=list(meta["edges"]), metadata=copy.deepcopy(meta["metadata"]), type_check=False
+    )
+
+
+DEFAULT_MAP: dict[Any, Any] = {
+    nn.Linear: layers.linear_to_nir,  # Affine, or Linear when bias=False
+    nn.Conv1d: layers.conv_to_nir,
+    nn.Conv2d: layers.conv_to_nir,
+    nn.AvgPool2d: layers.avgpool2d_to_nir,
+    nn.Flatten: layers.flatten_to_nir,  # also nirbridge.layers.Flatten, a subclass
+    nn.Identity: BRIDGE,
+    layers.Scale: layers.scale_to_nir,
+    layers.Threshold: layers.threshold_to_nir,
+    layers.SumPool2d: layers.sumpool2d_to_nir,
+    neurons.I: neuron_to_nir,
+    neurons.IF: neuron_to_nir,
+    neurons.LI: neuron_to_nir,
+    neurons.LIF: neuron_to_nir,
+    neurons.CubaLI: neuron_to_nir,
+    neurons.CubaLIF: neuron_to_nir,
+    neurons.Delay: neuron_to_nir,
+    fx.GraphModule: graph_module_to_nir,  # only those built by nir_to_torch
+    torch.flatten: layers.flatten_function_to_nir,
+    torch.Tensor.flatten: layers.flatten_function_to_nir,
+    operator.add: FAN_IN,  # a + b
+    torch.add: FAN_IN,
+    torch.Tensor.add: FAN_IN,
+}
+"""Default converters, keyed by module type, function or tensor method. A converter
+takes the module (or the function's arguments, tensors replaced by :class:`TensorArg`)
+and returns a ``nir.NIRNode``; it may also accept ``dt=`` (the graph's time step) and
+``module_map=`` (the merged map) as keywords."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorArg:
+    """Stands for a traced tensor when a function converter is called."""
+
+    name: str
+
+
+def torch_to_nir(
+    module: nn.Module,
+    module_map: ModuleMap | None = None,
+    default_map: ModuleMap | None = None,
+    *,
+    example_input: torch.Tensor | Sequence[torch.Tensor] | None = None,
+    skip: Iterable[Any] = (),
+    dt: float | None = None,
+) -> nir.NIRGraph:
+    """Trace a torch model into a ``nir.NIRGraph`` that runs exactly like it.
+
+    Args:
+        module: the model. Its ``forward`` arguments without a default become Input
+            nodes named after them; arguments with a default are traced at that value.
+            If ``forward`` has a ``state`` parameter, it is traced with ``state=None``
+            and must return ``(output, state)``. The output (``output`` in that case,
+            otherwise the return value) is a tensor (Output node ``"output"``), a tuple
+            of tensors (``"output_0"``, ``"output_1"``, ...) or a dict of tensors (its
+            keys name the Output nodes).
+        module_map: ``{module type, function or tensor method: fn}``; ``fn(module)``
+            returns a ``nir.NIRNode`` (for functions ``fn(*args, **kwargs)``). Entries
+            win over the defaults. The value :data:`BRIDGE` leaves a module out.
+        default_map: the defaults to merge ``module_map`` into; ``None`` means
+            :data:`DEFAULT_MAP`, ``{}`` means no defaults.
+        example_input: a tensor, or a tuple with one tensor per Input, batch axis first.
+            Only its shapes are used (the model is not run). Without it, Input shapes
+            come from the weights of the layers they feed; models whose first layers
+            do not fix the shape (convolutions, pooling, Flatten) need it.
+        skip: module types to leave out, their input connected to their consumers
+            (``skip=(nn.Dropout,)``).
+        dt: the time step in seconds the graph is meant to run at, recorded in
+            ``graph.metadata["dt"]``. Defaults to the ``dt`` of the model's neuron
+            modules (which must agree), else 1e-4.
+
+    Returns:
+        A ``nir.NIRGraph`` whose nodes all carry input and output types, so that nir's
+        type check accepts it. Node names are the modules' qualified names, so
+        ``nir_to_torch(graph).load_state_dict(module.state_dict())`` works.
+
+    Raises:
+        UnsupportedModuleError: listing every module type and function the map lacks,
+            where each occurs, and the fix.
+        TraceError: when torch.fx cannot trace a ``forward``.
+        MissingShapeError: when a shape cannot be found without ``example_input``.
+    """
+    if not isinstance(module, nn.Module):
+        raise NirBridgeError(f"torch_to_nir expects a torch.nn.Module, got {type(module).__name__}")
+    merged: dict[Any, Any] = dict(DEFAULT_MAP if default_map is None else default_map)
+    merged.update(module_map or {})
+    if isinstance(skip, type):
+        skip = (skip,)
+    for entry in skip:
+        if not (isinstance(entry, type) or callable(entry)):
+            raise NirBridgeError(f"skip=... takes module types, got {entry!r}")
+        merged[entry] = BRIDGE
+    if dt is not None:
+        dt = check_dt(dt, "torch_to_nir(dt=...)")
+    return _Exporter(merged).export(module, example_input, dt)
+
+
+# ----------------------------------------------------------------------------- lookups
+
+
+def _nir_meta(module: Any) -> dict[str, Any] | None:
+    meta = getattr(module, "meta", None) if isinstance(module, fx.GraphModule) else None
+    found = meta.get("nirbridge") if isinstance(meta, dict) else None
+    return found if isinstance(found, dict) and "order" in found else None
+
+
+def _lookup_module(the_map: ModuleMap, module: nn.Module) -> Any:
+    for cls in type(module).__mro__:
+        if cls in the_map:
+            if cls is fx.GraphModule and _nir_meta(module) is None:
+                continue  # an ordinary GraphModule is traced like any other module
+            return the_map[cls]
+    return None
+
+
+def _lookup_callable(the_map: ModuleMap, target: Any) -> Any:
+    try:
+        return the_map.get(target)
+    except TypeError:  # unhashable target
+        return None
+
+
+def _method(target: str) -> Any:
+    return getattr(torch.Tensor, target, None)
+
+
+_OPERATORS = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "truediv": "/",
+    "matmul": "@",
+    "getitem": "[]",
+    "neg": "unary -",
+}
+
+
+def _callable_name(target: Any) -> str:
+    """How a function or tensor method is written in Python: ``torch.flatten``,
+    ``torch.Tensor.view``, ``operator.add (+)``."""
+    if isinstance(target, str):
+        return f"torch.Tensor.{target}"
+    module = getattr(target, "__module__", None) or ""
+    qualname = getattr(target, "__qualname__", None) or ""
+    name = getattr(target, "__name__", None) or repr(target)
+    if qualname.startswith("TensorBase.") or qualname.startswith("Tensor."):
+        return f"torch.Tensor.{name}"
+    if module == "_operator":
+        symbol = _OPERATORS.get(name)
+        return f"operator.{name} ({symbol})" if symbol else f"operator.{name}"
+    if qualname.startswith("_VariableFunctionsClass."):
+        return f"torch.{name}"
+    return f"{module}.{qualname or name}" if module else name
+
+
+def _key_name(key: Any) -> str:
+    if key is fx.GraphModule:
+        return "GraphModule (from nir_to_torch)"
+    if isinstance(key, type):
+        module = key.__module__
+        if module.startswith("torch"):
+            return key.__name__
+        if module.startswith("nirbridge.neurons"):
+            module = "nirbridge.neurons"
+        return f"{module}.{key.__qualname__}"
+    return _callable_name(key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _keywords(fn: Any) -> frozenset[str]:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return frozenset()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return frozenset({"dt", "module_map"})
+    return frozenset(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def _call_handler(
+    handler: Any, obj: Any, name: str, the_map: ModuleMap, dt: float | None, *args: Any, **kwargs: Any
+) -> nir.NIRNode:
+    keywords = _keywords(handler)
+    if "dt" in keywords and dt is not None:
+        kwargs["dt"] = dt
+    if "module_map" in keywords:
+        kwargs["module_map"] = the_map
+    kind = type(obj).__name__ if isinstance(obj, nn.Module) else _callable_name(obj)
+    try:
+        node = handler(obj, **kwargs) if isinstance(obj, nn.Module) else handler(*args, **kwargs)
+    except Exception as error:
+        raise NodeConversionError(name, kind, error) from error
+    if not isinstance(node, nir.NIRNode):
+        raise NodeConversionError(
+            name, kind, TypeError(f"the converter returned {type(node).__name__}, not a nir.NIRNode")
+        )
+    if isinstance(node, (nir.Input, nir.Output)):
+        raise NodeConversionError(name, kind, TypeError("a converter may not return an Input or Output node"))
+    return node
+
+
+def _is_stateful(module: nn.Module) -> bool:
+    if _nir_meta(module) is not None:
+        return True
+    try:
+        return "state" in inspect.signature(type(module).forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _graph_module_offenders(module: fx.GraphModule, the_map: ModuleMap, prefix: str) -> dict[str, list[str]]:
+    meta = _nir_meta(module)
+    offenders: dict[str, list[str]] = {}
+    if meta is None:
+        return offenders
+    for name, path in meta["module_paths"].items():
+        sub = module.get_submodule(path)
+        handler = _lookup_module(the_map, sub)
+        where = f"{prefix}{name}"
+        if handler is None or isinstance(handler, _Marker):
+            offenders.setdefault(f"module {_key_name(type(sub))}", []).append(repr(where))
+        elif _nir_meta(sub) is not None:
+            for kind, places in _graph_module_offenders(sub, the_map, f"{where}.").items():
+                offenders.setdefault(kind, []).extend(places)
+    return offenders
+
+
+def _unsupported(offenders: dict[str, list[str]], the_map: ModuleMap) -> UnsupportedModuleError:
+    modules = sorted(_key_name(k) for k, v in the_map.items() if isinstance(k, type) and v is not BRIDGE)
+    functions = sorted(_key_name(k) for k, v in the_map.items() if not isinstance(k, type))
+    bridged = sorted(_key_name(k) for k, v in the_map.items() if isinstance(k, type) and v is BRIDGE)
+    supported = [*modules, *functions] + ([f"left out: {', '.join(bridged)}"] if bridged else [])
+    modules_first = [k for k in offenders if k.startswith("module ")]
+    if modules_first:
+        example = modules_first[0].split(" ", 2)[1]
+        example = f"nn.{example}" if "." not in example else example
+        fix = (
+            f"convert each with module_map={{{example}: fn}}, where fn(module) returns a "
+            f"nir.NIRNode, or leave out modules that do not change the output with skip=({example},)"
+        )
+    else:
+        example = next(iter(offenders)).split(" ", 2)[1]
+        fix = (
+            f"map the function to a NIR node with module_map={{{example}: fn}}, where "
+            "fn(*args, **kwargs) gets the call's arguments and returns a nir.NIRNode; or map "
+            "the module that calls it (named in parentheses) to one NIR node"
+        )
+    return UnsupportedModuleError(offenders, supported, fix)
+
+
+# ----------------------------------------------------------------------------- tracing
+
+
+class _Tracer(fx.Tracer):
+    """An fx tracer whose leaves are the mapped module types and torch's built-in
+    layers. Other modules are traced through; one whose ``forward`` cannot be traced
+    becomes a leaf too (reported as unsupported, with the reason), so that every
+    problem is found in one pass. Records where each call happens."""
+
+    def __init__(self, the_map: ModuleMap) -> None:
+        super().__init__()
+        self.the_map = the_map
+        self.untraceable: dict[str, str] = {}  # module path -> why fx failed
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if _lookup_module(self.the_map, m) is not None or module_qualified_name in self.untraceable:
+            return True
+        if isinstance(m, (nn.Sequential, nn.ModuleList, nn.ModuleDict, fx.GraphModule)):
+            return False
+        return type(m).__module__.startswith("torch.nn")
+
+    def call_module(self, m: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        path = self.path_of_module(m)
+        if self.is_leaf_module(m, path):
+            return super().call_module(m, forward, args, kwargs)
+        last = next(iter(reversed(self.graph.nodes)))
+        depth = len(self.module_stack)
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        except Exception as error:
+            if not path:
+                raise
+            while (node := next(iter(reversed(self.graph.nodes)))) is not last:
+                self.graph.erase_node(node)  # undo the partial trace of this forward
+            while len(self.module_stack) > depth:  # fx leaves failed calls on its stack
+                self.module_stack.popitem()
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            self.untraceable[path] = f"{type(error).__name__}: {reason}"[:160]
+            return super().call_module(m, forward, args, kwargs)  # now a leaf
+
+    def create_node(
+        self, kind: str, target: Any, args: Any, kwargs: Any, name: str | None = None, type_expr: Any = None
+    ) -> fx.Node:
+        node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        node.meta["nirbridge_scope"] = self.scope.module_path
+        if kind in ("call_function", "call_method"):
+            node.meta["nirbridge_source"] = _user_frame()
+        return node
+
+
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(m.__file__) + os.sep for m in (torch, sys.modules[__name__]) if m.__file__
+)
+
+
+def _user_frame() -> str:
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_LIBRARY_DIRS) and not filename.startswith("<"):
+            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
+# ----------------------------------------------------------------------------- export
+
+
+@dataclasses.dataclass
+class _Sources:
+    """A traced tensor: the sum of the outputs of these NIR nodes."""
+
+    names: tuple[str, ...]
+
+
+@dataclasses.dataclass
+class _Stateful:
+    """The ``(out, state)`` result of a stateful leaf."""
+
+    name: str
+    where: str
+
+
+@dataclasses.dataclass
+class _StatePart:
+    """The state half of a stateful leaf's result: only the returned state may use it."""
+
+    where: str
+
+
+class _Unsupported:
+    """The result of something already reported as unsupported."""
+
+
+@dataclasses.dataclass
+class _Pending:
+    name: str
+    obj: Any  # module or function
+    handler: Any
+    sources: tuple[str, ...]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class _Exporter:
+    def __init__(self, the_map: dict[Any, Any]) -> None:
+        self.the_map = the_map
+        self.untraceable: dict[str, str] = {}
+
+    # -- entry ---------------------------------------------------------------------
+    def export(self, module: nn.Module, example_input: Any, dt: float | None) -> nir.NIRGraph:
+        handler = _lookup_module(self.the_map, module)
+        if handler is not None and not isinstance(handler, _Marker) and _nir_meta(module) is not None:
+            dt = self._graph_dt({"": module}, dt)
+            graph = _call_handler(handler, module, type(module).__name__, self.the_map, dt)
+            if not isinstance(graph, nir.NIRGraph):
+                return self._single(module, example_input, dt)
+            return self._finish(graph, example_input, dt)
+        if handler is not None:
+            return self._single(module, example_input, dt)
+        return self._traced(module, example_input, dt)
+
+    def _single(self, module: nn.Module, example_input: Any, dt: float | None) -> nir.NIRGraph:
+        """A lone mapped module: Input → module → Output."""
+        name = type(module).__name__.lower()
+        root = nn.Module()
+        root.add_module(name, module)
+        g = fx.Graph()
+        x = g.placeholder("input")
+        result = g.call_module(name, (x,))
+        result.meta["nirbridge_scope"] = name
+        if _is_stateful(module):
+            result = g.call_function(operator.getitem, (result, 0))
+        g.output(result)
+        return self._convert(root, g, ["input"], False, example_input, dt)
+
+    def _traced(self, module: nn.Module, example_input: Any, dt: float | None) -> nir.NIRGraph:
+        try:
+            signature = inspect.signature(module.forward)
+        except (TypeError, ValueError) as error:
+            raise TraceError(
+                f"cannot read the signature of {type(module).__name__}.forward: {error}"
+            ) from None
+        input_names, concrete = [], {}
+        for param in signature.parameters.values():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TraceError(
+                    f"{type(module).__name__}.forward takes *{param.name}; torch_to_nir needs named "
+                    "arguments to name the Input nodes. Wrap the model in a module whose forward "
+                    "names each input."
+                )
+            if param.default is param.empty:
+                input_names.append(param.name)
+            else:
+                concrete[param.name] = param.default
+        if not input_names:
+            raise TraceError(f"{type(module).__name__}.forward takes no input argument")
+        tracer = _Tracer(self.the_map)
+        try:
+            g = tracer.trace(module, concrete_args=concrete or None)
+        except NirBridgeError:
+            raise
+        except Exception as error:
+            raise TraceError(
+                f"torch.fx could not trace {type(module).__name__}.forward: {type(error).__name__}: "
+                f"{error}\nIt probably branches on tensor values or calls code fx cannot follow. "
+                "Move that code into a submodule and map its type to a NIR node with "
+                "module_map={Type: fn}."
+            ) from error
+        self.untraceable = tracer.untraceable
+        return self._convert(module, g, input_names, "state" in concrete, example_input, dt)
+
+    # -- fx graph → NIR nodes and edges --------------------------------------------
+    def _convert(
+        self,
+        root: nn.Module,
+        g: fx.Graph,
+        input_names: list[str],
+        returns_state: bool,
+        example_input: Any,
+        dt: float | None,
+    ) -> nir.NIRGraph:
+        self.root = root
+        offenders: dict[str, list[str]] = {}
+        values: dict[fx.Node, Any] = {}
+        pending: list[_Pending] = []
+        calls: dict[str, int] = {}
+        taken = {name for name, _ in root.named_modules()} | set(input_names)
+        placeholders = iter(input_names)
+        result_value: Any = None
+
+        def report(kind: str, where: str) -> _Unsupported:
+            places = offenders.setdefault(kind, [])
+            if where not in places:
+                places.append(where)
+            return _Unsupported()
+
+        def tensor_args(node: fx.Node) -> list[Any]:
+            found: list[Any] = []
+            fx.node.map_arg((node.args, node.kwargs), lambda n: found.append(values[n]) or n)
+            return found
+
+        for node in g.nodes:
+            if node.op == "placeholder":
+                name = next(placeholders, None)
+                values[node] = _Sources((name,)) if name is not None else None
+            elif node.op == "get_attr":
+                values[node] = None  # a parameter or constant used directly
+            elif node.op == "call_module":
+                values[node] = self._call_module(root, node, tensor_args(node), pending, calls, taken, report)
+            elif node.op in ("call_function", "call_method"):
+                if node.target is torch.fx._symbolic_trace._assert_is_none:
+                    continue
+                values[node] = self._call_function(node, values, tensor_args(node), pending, taken, report)
+            elif node.op == "output":
+                result_value = node.args[0]
+        if offenders:
+            raise _unsupported(offenders, self.the_map)
+        outputs = self._outputs(result_value, values, returns_state, taken)
+
+        leaves = {p.name: p.obj for p in pending if isinstance(p.obj, nn.Module)}
+        dt = self._graph_dt(leaves, dt)
+        nodes: dict[str, nir.NIRNode] = {name: nir.Input(None) for name in input_names}
+        edges: list[tuple[str, str]] = []
+        for p in pending:
+            if isinstance(p.obj, nn.Module):
+                nodes[p.name] = _call_handler(p.handler, p.obj, p.name, self.the_map, dt)
+            else:
+                nodes[p.name] = _call_handler(p.handler, p.obj, p.name, self.the_map, dt, *p.args, **p.kwargs)
+            edges.extend((source, p.name) for source in p.sources)
+        for name, sources in outputs.items():
+            nodes[name] = nir.Output(None)
+            edges.extend((source, name) for source in sources)
+        nodes, edges = _prune(nodes, edges)
+        graph = nir.NIRGraph(nodes=nodes, edges=edges, metadata={}, type_check=False)
+        return self._finish(graph, example_input, dt)
+
+    def _call_module(self, root, node, args, pending, calls, taken, report) -> Any:
+        module = root.get_submodule(node.target)
+        handler = _lookup_module(self.the_map, module)
+        if handler is None or handler is FAN_IN:
+            kind = f"module {_key_name(type(module))}"
+            why = self.untraceable.get(node.target)
+            return report(kind, repr(node.target) + (f" (fx cannot trace it: {why})" if why else ""))
+        if _nir_meta(module) is not None:
+            nested = _graph_module_offenders(module, self.the_map, f"{node.target}.")
+            for kind, places in nested.items():
+                for place in places:
+                    report(kind, place)
+        if any(isinstance(a, _Unsupported) for a in args):
+            return _Unsupported()
+        tensors = [a for a in args if a is not None]
+        if handler is BRIDGE:
+            return tensors[0] if tensors else None
+        where = repr(node.target)
+        self._check_tensors(tensors, f"module {where}")
+        if len(tensors) != 1:
+            raise GraphStructureError(
+                f"module {where} ({type(module).__name__}) receives {len(tensors)} tensors; a NIR "
+                "node has one input (the sum of its incoming edges). Pass it one tensor, or "
+                "add the tensors first (a + b)."
+            )
+        count = calls.get(node.target, 0) + 1
+        calls[node.target] = count
+        name = node.target
+        if count > 1:
+            name = _unique(f"{node.target}_{count}", taken)
+            warnings.warn(
+                f"module {where} is called {count} times; the graph holds a separate copy "
+                f"{name!r} for this call, so the copies no longer share parameters or state",
+                LossyConversionWarning,
+                stacklevel=5,
+            )
+        taken.add(name)
+        pending.append(_Pending(name, module, handler, tensors[0].names))
+        if _is_stateful(module):
+            return _Stateful(name, f"module {where}")
+        return _Sources((name,))
+
+    def _call_function(self, node, values, args, pending, taken, report) -> Any:
+        scope = node.meta.get("nirbridge_scope", "")
+        source = node.meta.get("nirbridge_source", "")
+        owner = type(self.root.get_submodule(scope)).__name__
+        details = ", ".join(filter(None, [owner if scope else "", source]))
+        where = f"in {scope!r}" if scope else f"in {owner}.forward"
+        where += f" ({details})" if details else ""
+        target = node.target if node.op == "call_function" else _method(node.target)
+        if node.target is operator.getitem and node.args:
+            first = values.get(node.args[0]) if isinstance(node.args[0], fx.Node) else None
+            if isinstance(first, _Stateful):
+                index = node.args[1]
+                return _Sources((first.name,)) if index == 0 else _StatePart(first.where)
+            if isinstance(first, (_Unsupported, _StatePart)):
+                return first
+        self._check_tensors(args, f"{_callable_name(target or node.target)} {where}")
+        handler = _lookup_callable(self.the_map, target)
+        if node.op == "call_method":
+            kind = f"method {_callable_name(node.target)}"
+        else:
+            kind = f"function {_callable_name(target)}"
+        if handler is None:
+            return report(kind, where)
+        if any(isinstance(a, _Unsupported) for a in args):
+            return _Unsupported()
+        self._check_tensors(args, f"{kind} {where}")
+        tensors = [a for a in args if a is not None]
+        if handler is FAN_IN:
+            operands = [a for a in node.args]
+            if (
+                node.kwargs
+                or len(operands) != 2
+                or len(tensors) != 2
+                or any(not isinstance(a, fx.Node) for a in operands)
+            ):
+                return report(f"{kind} with a constant or a scaling argument", where)
+            a, b = tensors
+            twice = set(a.names) & set(b.names)
+            if twice:
+                raise GraphStructureError(
+                    f"{kind} {where} adds the output of {sorted(twice)} to itself; NIR sums distinct "
+                    "edges, so this cannot be expressed. Scale the value instead (a Scale node)."
+                )
+            return _Sources(a.names + b.names)
+        if handler is BRIDGE:
+            return tensors[0] if tensors else None
+        if len(tensors) != 1:
+            return report(f"{kind} on {len(tensors)} tensors", where)
+        base = f"{scope}.{node.name}" if scope else node.name
+        name = _unique(base, taken)
+        taken.add(name)
+        call_args = fx.node.map_arg(node.args, lambda n: TensorArg(n.name))
+        call_kwargs = fx.node.map_arg(node.kwargs, lambda n: TensorArg(n.name))
+        pending.append(_Pending(name, target, handler, tensors[0].names, tuple(call_args), dict(call_kwargs)))
+        return _Sources((name,))
+
+    @staticmethod
+    def _check_tensors(args: list[Any], where: str) -> None:
+        for a in args:
+            if isinstance(a, _StatePart):
+                raise GraphStructureError(
+                    f"{where} uses the state returned by {a.where}; NIR nodes pass only their "
+                    "output along an edge. Feed the output instead (out, state = m(x, state))."
+                )
+            if isinstance(a, _Stateful):
+                raise GraphStructureError(
+                    f"{where} receives the (output, state) pair of {a.where}; take its output "
+                    "first: out, state = m(x, state)."
+                )
+
+    def _outputs(
+        self, value: Any, values: dict[fx.Node, Any], returns_state: bool, taken: set[str]
+    ) -> dict[str, tuple[str, ...]]:
+        if returns_state:
+            if not (isinstance(value, (tuple, list)) and len(value) == 2):
+                raise TraceError(
+                    "forward takes a state argument, so it must return (output, state); it "
+                    f"returned {type(value).__name__}"
+                )
+            value = value[0]
+        if isinstance(value, fx.Node) and isinstance(values.get(value), _Stateful):
+            # the model returns a stateful module's (out, state), as nn.Sequential(..., LIF) does
+            return {_unique("output", taken): (values[value].name,)}
+
+        def sources(v: Any, label: str) -> tuple[str, ...]:
+            found = values.get(v) if isinstance(v, fx.Node) else None
+            self._check_tensors([found], f"output {label!r}")
+            if not isinstance(found, _Sources):
+                raise TraceError(
+                    f"output {label!r} is not a tensor computed from the inputs "
+                    f"(got {type(v).__name__}); return tensors, a tuple or a dict of them"
+                )
+            return found.names
+
+        named: dict[str, tuple[str, ...]] = {}
+        if isinstance(value, dict):
+            for key, v in value.items():
+                label = str(key)
+                name = _unique(label, taken)
+                if name != label:
+                    warnings.warn(
+                        f"output {label!r} has the name of a module or input; its Output node "
+                        f"is called {name!r}",
+                        RepairWarning,
+                        stacklevel=5,
+                    )
+                taken.add(name)
+                named[name] = sources(v, label)
+        elif isinstance(value, (tuple, list)):
+            for i, v in enumerate(value):
+                name = _unique(f"output_{i}", taken)
+                taken.add(name)
+                named[name] = sources(v, name)
+        else:
+            name = _unique("output", taken)
+            taken.add(name)
+            named[name] = sources(value, "output")
+        if not named:
+            raise TraceError("forward returns no tensor; return the model's output")
+        return named
+
+    # -- dt ------------------------------------------------------------------------
+    @staticmethod
+    def _graph_dt(leaves: Mapping[str, Any], dt: float | None) -> float:
+        found: dict[str, float] = {}
+        for path, leaf in leaves.items():
+            if not isinstance(leaf, nn.Module):
+                continue
+            for sub_path, sub in leaf.named_modules(prefix=path):
+                meta = _nir_meta(sub)
+                value = meta.get("dt") if meta is not None else getattr(sub, "dt", None)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    found[sub_path or type(sub).__name__] = float(value)
+        distinct = sorted(set(found.values()))
+        if dt is None:
+            if len(distinct) > 1:
+                listed = ", ".join(f"{p!r}: {v:g}" for p, v in found.items())
+                raise ParameterError(
+                    f"the model's modules step at different dt ({listed}); a NIR graph has one "
+                    "dt. Build them with the same dt, or pass torch_to_nir(dt=...)."
+                )
+            return distinct[0] if distinct else DEFAULT_DT
+        differing = [p for p, v in found.items() if not math.isclose(v, dt, rel_tol=1e-12)]
+        if differing:
+            warnings.warn(
+                f"modules {differing} step at dt={found[differing[0]]:g}, but the graph records "
+                f"dt={dt:g}; run at that dt, the graph will not behave like the model",
+                LossyConversionWarning,
+                stacklevel=4,
+            )
+        return dt
+
+    # -- shapes --------------------------------------------------------------------
+    def _finish(self, graph: nir.NIRGraph, example_input: Any, dt: float) -> nir.NIRGraph:
+        the_plan = graph_utils.plan(graph)
+        given = _example_shapes(example_input, the_plan.inputs)
+        input_shapes = {}
+        for name in the_plan.inputs:
+            shape = given[name] if given else _declared(graph.nodes[name])
+            if shape is None:
+                shape = _shape_from_consumers(graph, name, the_plan)
+            if shape is None:
+                consumers = [
+                    t for t, sources in the_plan.incoming.items() if any(s == name for s, _ in sources)
+                ]
+                kinds = ", ".join(f"{type(graph.nodes[c]).__name__} {c!r}" for c in consumers) or "nothing"
+                raise MissingShapeError(
+                    f"the shape of input {name!r} cannot be found from the layers it feeds ({kinds}); "
+                    "pass example_input=torch.zeros(1, *shape) (batch axis first; a tuple for "
+                    "several inputs) so that every node gets its shape"
+                )
+            input_shapes[name] = shape
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RepairWarning)
+            try:
+                for name in the_plan.outputs:  # declared Output shapes are recomputed
+                    metadata = graph.nodes[name].metadata
+                    graph.nodes[name] = nir.Output(None)
+                    graph.nodes[name].metadata = metadata
+                shapes = graph_utils.infer_shapes(graph, the_plan, input_shapes)
+            except RepairWarning as warning:
+                raise ShapeMismatchError(f"the traced graph does not fit together: {warning}") from None
+        _set_types(graph, shapes, "")
+        graph.metadata = {**(graph.metadata or {}), "dt": dt}
+        return graph
+
+
+def _example_shapes(example_input: Any, inputs: list[str]) -> dict[str, tuple[int, ...]]:
+    if example_input is None:
+        return {}
+    tensors = (example_input,) if isinstance(example_input, torch.Tensor) else tuple(example_input)
+    if len(tensors) != len(inputs) or not all(isinstance(t, torch.Tensor) for t in tensors):
+        raise NirBridgeError(
+            f"example_input must hold one tensor per input {inputs} (batch axis first), got "
+            f"{len(tensors)} value(s)"
+        )
+    shapes = {}
+    for name, tensor in zip(inputs, tensors):
+        if tensor.ndim < 1:
+            raise NirBridgeError(f"example_input for {name!r} is a scalar; give it a batch axis first")
+        shapes[name] = tuple(int(s) for s in tensor.shape[1:])
+    return shapes
+
+
+def _declared(node: nir.Input) -> tuple[int, ...] | None:
+    value = node.input_type.get("input") if isinstance(node.input_type, dict) else None
+    if value is None:
+        return None
+    array = np.asarray(value)
+    return tuple(int(v) for v in array.reshape(-1)) if array.dtype != object else None
+
+
+def _shape_from_consumers(
+    graph: nir.NIRGraph, name: str, the_plan: graph_utils.Plan
+) -> tuple[int, ...] | None:
+    """An Input's shape from the weights or per-neuron parameters of what it feeds,
+    following elementwise nodes with scalar parameters."""
+    successors: dict[str, list[str]] = {}
+    for target, sources in the_plan.incoming.items():
+        for source, delayed in sources:
+            if not delayed:
+                successors.setdefault(source, []).append(target)
+    seen, frontier = {name}, [name]
+    while frontier:
+        current = frontier.pop()
+        for consumer in successors.get(current, []):
+            if consumer in seen:
+                continue
+            seen.add(consumer)
+            node = graph.nodes[consumer]
+            if isinstance(node, (nir.Affine, nir.Linear)) and np.ndim(node.weight) == 2:
+                return (int(np.shape(node.weight)[1]),)
+            if isinstance(node, nir.NIRGraph):
+                sub_inputs = [n for n in node.nodes.values() if isinstance(n, nir.Input)]
+                if len(sub_inputs) == 1 and _declared(sub_inputs[0]) is not None:
+                    return _declared(sub_inputs[0])
+                continue
+            if isinstance(node, graph_utils._ELEMENTWISE):
+                params = graph_utils.node_shape(node)
+                if params:
+                    return params
+                frontier.append(consumer)
+    return None
+
+
+def _set_types(graph: nir.NIRGraph, shapes: graph_utils.Shapes, path: str) -> None:
+    """Write every node's input and output types; broadcast scalar neuron parameters."""
+    for name, node in list(graph.nodes.items()):
+        label = f"{path}.{name}" if path else name
+        if name in shapes.fixes and not isinstance(node, nir.NIRGraph):
+            node = graph.nodes[name] = shapes.fixes[name]
+        given = shapes.inputs.get(name)
+        out = shapes.outputs.get(name)
+        if isinstance(node, nir.Input):
+            given = out
+        if isinstance(node, nir.Output):
+            out = given
+        if given is None or out is None:
+            raise MissingShapeError(
+                f"node {label!r} ({type(node).__name__}): its shape cannot be inferred; pass "
+                "example_input so that every node gets one"
+            )
+        for source, _ in shapes.plan.incoming.get(name, []) if shapes.plan else []:
+            source_shape = shapes.outputs.get(source)
+            if source_shape is not None and tuple(source_shape) != tuple(given):
+                raise ShapeMismatchError(
+                    f"edge {source!r} -> {name!r}{f' in {path!r}' if path else ''} carries shape "
+                    f"{tuple(source_shape)} into a sum of shape {tuple(given)}; NIR edges into one "
+                    "node must carry the same shape, so broadcasting adds cannot be exported"
+                )
+        if isinstance(node, nir.NIRGraph):
+            _set_types(node, shapes.nested[name], label)
+            node._update_input_output_types()
+            continue
+        if isinstance(node, graph_utils._ELEMENTWISE):
+            node = graph.nodes[name] = _broadcast_params(node, tuple(out))
+        if isinstance(node, nir.Conv1d):
+            node.input_shape = int(given[1])
+        elif isinstance(node, nir.Conv2d):
+            node.input_shape = (int(given[1]), int(given[2]))
+        node.input_type = {"input": np.array(given, dtype=np.int64)}
+        node.output_type = {"output": np.array(out, dtype=np.int64)}
+
+
+def _broadcast_params(node: Any, shape: tuple[int, ...]) -> Any:
+    changes = {}
+    for field in dataclasses.fields(node):
+        if field.name in ("input_type", "output_type", "metadata") or not field.init:
+            continue
+        value = getattr(node, field.name)
+        if isinstance(value, np.ndarray) and value.dtype.kind in "fiu" and value.shape != shape:
+            changes[field.name] = np.broadcast_to(value, shape).copy()
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            changes[field.name] = np.full(shape, value, dtype=np.float64)
+    if not changes:
+        return node
+    replaced = graph_utils._replace(node, **changes)
+    replaced.metadata = node.metadata
+    return replaced
+
+
+def _prune(
+    nodes: dict[str, nir.NIRNode], edges: list[tuple[str, str]]
+) -> tuple[dict[str, nir.NIRNode], list[tuple[str, str]]]:
+    """Leave out nodes from which no Output is reached, with a warning."""
+    predecessors: dict[str, list[str]] = {}
+    for a, b in edges:
+        predecessors.setdefault(b, []).append(a)
+    alive = {n for n, node in nodes.items() if isinstance(node, (nir.Output, nir.Input))}
+    frontier = [n for n, node in nodes.items() if isinstance(node, nir.Output)]
+    while frontier:
+        for source in predecessors.get(frontier.pop(), []):
+            if source not in alive:
+                alive.add(source)
+                frontier.append(source)
+    dead = [n for n in nodes if n not in alive]
+    if not dead:
+        return nodes, edges
+    warnings.warn(
+        f"{dead} do not contribute to any output and are left out of the graph",
+        LossyConversionWarning,
+        stacklevel=5,
+    )
+    return {n: v for n, v in nodes.items() if n in alive}, [
+        (a, b) for a, b in edges if a in alive and b in alive
+    ]
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    if name not in taken:
+        return name
+    i = 1
+    while f"{name}_{i}" in taken:
+        i += 1
+    return f"{name}_{i}"

@@ -1,0 +1,627 @@
+"""torch_to_nir on models written as users write them, checked against the independent
+numpy reference in tests/reference.py (the traced graph) and the model itself (torch),
+step by step at float64."""
+
+from __future__ import annotations
+
+import operator
+import warnings
+
+import nir
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from torch import nn
+
+import nirbridge
+from nirbridge import neurons
+from nirbridge.layers import Scale
+from tests.conftest import input_names
+from tests.graphs import assert_same, random_graphs
+from tests.reference import Reference
+
+DT = 1e-4
+BATCH = 3
+
+
+@pytest.fixture(autouse=True)
+def float64_default():
+    """Models in these tests are built at float64, as the comparisons need."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def lif(n: int, rng: np.random.Generator, **extra) -> neurons.LIF:
+    """A LIF population with per-neuron parameters that spikes under the drives below."""
+    return neurons.LIF(
+        tau=rng.uniform(3 * DT, 20 * DT, n),
+        r=rng.uniform(5, 15, n),
+        v_leak=rng.uniform(-0.1, 0.1, n),
+        v_threshold=rng.uniform(0.5, 1.0, n),
+        v_reset=rng.uniform(-0.2, 0.0, n),
+        dt=DT,
+        **extra,
+    )
+
+
+def check_against_reference(model, graph, shapes, steps=60, seed=0, stateful=True) -> float:
+    """Run ``model`` and the reference on ``graph`` side by side. Returns how much the
+    outputs moved between steps (summed absolute change), so a test can insist that
+    spikes flowed: without them these models' outputs stay constant."""
+    graph = nir.NIRGraph(nodes=graph.nodes, edges=graph.edges, metadata=graph.metadata, type_check=True)
+    ref = Reference(graph, graph.metadata["dt"])
+    names = input_names(graph)
+    outputs = [n for n, node in graph.nodes.items() if isinstance(node, nir.Output)]
+    rng = np.random.default_rng(seed)
+    state, activity, previous = None, 0.0, None
+    for t in range(steps):
+        xs = [rng.uniform(-0.5, 1.5, (BATCH, *shape)) for shape in shapes]
+        expected = ref.step(dict(zip(names, xs)))
+        tensors = [torch.from_numpy(x) for x in xs]
+        with torch.no_grad():
+            if stateful:
+                got, state = model(*tensors, state)
+            else:
+                got = model(*tensors)
+        if isinstance(got, torch.Tensor):
+            got = {outputs[0]: got}
+        elif isinstance(got, (tuple, list)):
+            got = dict(zip(outputs, got))
+        assert sorted(got) == sorted(outputs)
+        for name in outputs:
+            np.testing.assert_allclose(
+                got[name].numpy(), expected[name], rtol=1e-10, atol=1e-10, err_msg=f"{name!r} at step {t}"
+            )
+        if previous is not None:
+            activity += sum(float(np.abs(expected[n] - previous[n]).sum()) for n in outputs)
+        previous = expected
+    return activity
+
+
+def rebuilds_and_loads(model, graph) -> nn.Module:
+    gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    result = gm.load_state_dict(model.state_dict())
+    assert not result.missing_keys and not result.unexpected_keys
+    return gm
+
+
+# ----------------------------------------------------------------------------- models
+
+
+class Stack(nn.Module):
+    """fc → LIF → fc → LIF → fc → LI, the shape of most SNN papers' classifiers."""
+
+    def __init__(self, rng):
+        super().__init__()
+        self.fc1, self.lif1 = nn.Linear(5, 12), lif(12, rng)
+        self.fc2, self.lif2 = nn.Linear(12, 8), lif(8, rng)
+        self.fc3 = nn.Linear(8, 3, bias=False)
+        self.li = neurons.LI(tau=rng.uniform(5 * DT, 9 * DT, 3), r=2.0, dt=DT)
+
+    def forward(self, x, state=None):
+        state = state or {}
+        z1, s1 = self.lif1(self.fc1(x), state.get("lif1"))
+        z2, s2 = self.lif2(self.fc2(z1), state.get("lif2"))
+        v, s3 = self.li(self.fc3(z2), state.get("li"))
+        return v, {"lif1": s1, "lif2": s2, "li": s3}
+
+
+class Residual(nn.Module):
+    """A spiking block whose output rejoins a skip connection with ``+``."""
+
+    def __init__(self, rng):
+        super().__init__()
+        self.fc_in = nn.Linear(6, 10)
+        self.lif_in = lif(10, rng)
+        self.fc_a = nn.Linear(10, 10)
+        self.lif_a = neurons.LIF(tau=8 * DT, r=12.0, v_threshold=0.8, dt=DT)  # scalar parameters
+        self.fc_b = nn.Linear(10, 10)
+        self.lif_out = lif(10, rng)
+
+    def forward(self, x, state=None):
+        state = state or {}
+        z, s_in = self.lif_in(self.fc_in(x), state.get("lif_in"))
+        a, s_a = self.lif_a(self.fc_a(z), state.get("lif_a"))
+        y = self.fc_b(a) + z  # residual rejoin
+        out, s_out = self.lif_out(y, state.get("lif_out"))
+        return out, {"lif_in": s_in, "lif_a": s_a, "lif_out": s_out}
+
+
+class FanOutTwoInTwoOut(nn.Module):
+    """Two inputs, a hidden layer read by two heads, outputs in a dict."""
+
+    def __init__(self, rng):
+        super().__init__()
+        self.enc_a, self.enc_b = nn.Linear(4, 9), nn.Linear(3, 9, bias=False)
+        self.hidden = lif(9, rng)
+        self.head_spikes = nn.Linear(9, 2)
+        self.spiking = lif(2, rng)
+        self.head_value = nn.Linear(9, 5)
+        self.synaptic = neurons.CubaLI(tau_syn=4 * DT, tau_mem=9 * DT, r=2.0, w_in=3.0, dt=DT)
+
+    def forward(self, audio, video, state=None):
+        state = state or {}
+        h, s_h = self.hidden(self.enc_a(audio) + self.enc_b(video), state.get("hidden"))
+        z, s_z = self.spiking(self.head_spikes(h), state.get("spikes"))
+        v, s_v = self.synaptic(self.head_value(h), state.get("value"))
+        return {"spikes": z, "value": v}, {"hidden": s_h, "spikes": s_z, "value": s_v}
+
+
+class ConvNet(nn.Module):
+    """conv → IF → avg pool → flatten → linear → LIF (the N-MNIST CNN's pattern)."""
+
+    def __init__(self, rng, groups=2):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+        self.spike1 = neurons.IF(r=1.0, v_threshold=0.3, dt=DT)
+        self.pool = nn.AvgPool2d(2)
+        self.conv2 = nn.Conv2d(4, 4, 3, stride=2, groups=groups, bias=False)
+        self.spike2 = neurons.IF(r=1.0, v_threshold=0.2, dt=DT)
+        self.fc = nn.Linear(4, 6)
+        self.out = lif(6, rng)
+
+    def forward(self, x, state=None):
+        state = state or {}
+        z, s1 = self.spike1(self.conv(x), state.get("spike1"))
+        z, s2 = self.spike2(self.conv2(self.pool(z)), state.get("spike2"))
+        z, s3 = self.out(self.fc(torch.flatten(z, 1)), state.get("out"))
+        return z, {"spike1": s1, "spike2": s2, "out": s3}
+
+
+class Block(nn.Module):
+    def __init__(self, n_in, n_out, rng):
+        super().__init__()
+        self.fc = nn.Linear(n_in, n_out)
+        self.lif = lif(n_out, rng)
+
+    def forward(self, x, state=None):
+        return self.lif(self.fc(x), state)
+
+
+class Nested(nn.Module):
+    """Blocks inside a ModuleList: node names are qualified (``blocks.0.fc``)."""
+
+    def __init__(self, rng):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(4, 7, rng), Block(7, 7, rng)])
+        self.readout = nn.Sequential(nn.Linear(7, 2), nn.Identity())
+
+    def forward(self, x, state=None):
+        state = state or {}
+        new = {}
+        for i, block in enumerate(self.blocks):
+            x, new[i] = block(x, state.get(i))
+        return self.readout(x), new
+
+
+MODELS = {
+    "stack": (Stack, [(5,)]),
+    "residual": (Residual, [(6,)]),
+    "fan_out_two_in_two_out": (FanOutTwoInTwoOut, [(4,), (3,)]),
+    "nested": (Nested, [(4,)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_hand_written_models_run_like_the_reference_and_load_their_state_dict(name):
+    cls, shapes = MODELS[name]
+    model = cls(np.random.default_rng(5))
+    graph = nirbridge.torch_to_nir(model)
+    assert check_against_reference(model, graph, shapes, steps=80) > 1
+    gm = rebuilds_and_loads(model, graph)
+    check_against_reference(gm, graph, shapes, steps=30)
+
+
+def test_traced_graphs_are_what_the_models_say():
+    rng = np.random.default_rng(0)
+    g = nirbridge.torch_to_nir(FanOutTwoInTwoOut(rng))
+    assert list(g.nodes) == [
+        "audio", "video", "enc_a", "enc_b", "hidden", "head_spikes", "spiking", "head_value", "synaptic",
+        "spikes", "value",
+    ]  # fmt: skip
+    assert ("enc_a", "hidden") in g.edges and ("enc_b", "hidden") in g.edges  # + is fan-in
+    assert type(g.nodes["enc_a"]) is nir.Affine and type(g.nodes["enc_b"]) is nir.Linear
+    assert g.metadata["dt"] == DT
+    assert isinstance(g.nodes["spikes"], nir.Output) and isinstance(g.nodes["value"], nir.Output)
+
+    g = nirbridge.torch_to_nir(Nested(rng))
+    assert [n for n in g.nodes if not isinstance(g.nodes[n], (nir.Input, nir.Output))] == [
+        "blocks.0.fc",
+        "blocks.0.lif",
+        "blocks.1.fc",
+        "blocks.1.lif",
+        "readout.0",
+    ]  # fmt: skip  (nn.Identity is bridged)
+    residual = nirbridge.torch_to_nir(Residual(rng))
+    lif_a = residual.nodes["lif_a"]
+    assert lif_a.tau.shape == (10,) and np.all(lif_a.v_threshold == 0.8)  # scalars broadcast
+
+
+def test_conv_pipeline_with_example_input_type_checks_and_runs():
+    model = ConvNet(np.random.default_rng(2))
+    graph = nirbridge.torch_to_nir(model, example_input=torch.zeros(1, 2, 8, 8))
+    conv, conv2 = graph.nodes["conv"], graph.nodes["conv2"]
+    assert tuple(conv.input_shape) == (8, 8) and tuple(conv2.input_shape) == (4, 4)
+    assert int(conv2.groups) == 2
+    assert tuple(graph.nodes["flatten"].input_type["input"]) == (4, 1, 1)
+    for name, node in graph.nodes.items():
+        assert node.input_type["input"] is not None and node.output_type["output"] is not None, name
+    assert check_against_reference(model, graph, [(2, 8, 8)], steps=40) > 5
+    rebuilds_and_loads(model, graph)
+
+
+def test_conv_model_without_example_input_asks_for_one():
+    with pytest.raises(nirbridge.MissingShapeError, match=r"example_input=torch.zeros\(1, \*shape\)") as info:
+        nirbridge.torch_to_nir(ConvNet(np.random.default_rng(0)))
+    assert "Conv2d 'conv'" in str(info.value)
+
+
+def test_shapes_from_weights_follow_neurons_with_scalar_parameters():
+    model = nn.Sequential(Scale(torch.tensor(2.0)), nn.Linear(3, 2))
+    graph = nirbridge.torch_to_nir(model)
+    assert tuple(graph.nodes["input"].input_type["input"]) == (3,)
+    assert graph.nodes["0"].scale.shape == (3,)
+    check_against_reference(model, graph, [(3,)], stateful=False, steps=3)
+
+
+def test_stateless_sequential_and_functions():
+    model = nn.Sequential(nn.Conv1d(2, 3, 3, padding="same", dilation=2), nn.Flatten(), nn.Linear(30, 4))
+    graph = nirbridge.torch_to_nir(model, example_input=torch.zeros(2, 2, 10))
+    assert list(graph.nodes) == ["input", "0", "1", "2", "output"]
+    assert np.array_equal(graph.nodes["0"].padding, 2)
+    check_against_reference(model, graph, [(2, 10)], stateful=False, steps=3)
+
+
+# ----------------------------------------------------------------------------- nested nir_to_torch modules
+
+
+def recurrent_graph(rng, n_in=4, n=6) -> nir.NIRGraph:
+    """input → fc → lif ⇄ w_rec → output, the Braille SRNN's shape."""
+    params = lif(n, rng).to_nir()
+    nodes = {
+        "input": nir.Input(np.array([n_in])),
+        "fc": nir.Affine(rng.normal(size=(n, n_in)), rng.normal(size=n)),
+        "lif": params,
+        "w_rec": nir.Linear(rng.normal(size=(n, n)) * 0.5),
+        "output": nir.Output(np.array([n])),
+    }
+    edges = [("input", "fc"), ("fc", "lif"), ("lif", "w_rec"), ("w_rec", "lif"), ("lif", "output")]
+    return nir.NIRGraph(nodes=nodes, edges=edges, metadata={"dt": DT}, type_check=False)
+
+
+class WithImported(nn.Module):
+    def __init__(self, rng):
+        super().__init__()
+        self.encoder = nn.Linear(3, 4)
+        self.srnn = nirbridge.nir_to_torch(recurrent_graph(rng), dtype=torch.float64)
+        self.decoder = nn.Linear(6, 2)
+        self.li = neurons.LI(tau=5 * DT, dt=DT)
+
+    def forward(self, x, state=None):
+        state = state or {}
+        z, s = self.srnn(self.encoder(x), state=state.get("srnn"))
+        v, s_li = self.li(self.decoder(z), state.get("li"))
+        return v, {"srnn": s, "li": s_li}
+
+
+def test_an_imported_recurrent_module_nests_as_a_subgraph():
+    model = WithImported(np.random.default_rng(4))
+    graph = nirbridge.torch_to_nir(model)
+    srnn = graph.nodes["srnn"]
+    assert isinstance(srnn, nir.NIRGraph)
+    assert ("w_rec", "lif") in srnn.edges and ("lif", "w_rec") in srnn.edges
+    assert check_against_reference(model, graph, [(3,)], steps=80) > 0.5
+    gm = rebuilds_and_loads(model, graph)
+    check_against_reference(gm, graph, [(3,)], steps=20)
+
+
+def test_an_imported_module_alone_exports_its_graph_with_trained_parameters():
+    graph = recurrent_graph(np.random.default_rng(1))
+    gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    optimiser = torch.optim.SGD(gm.parameters(), lr=0.5)
+    state, loss = None, 0.0
+    for _ in range(20):
+        out, state = gm(torch.rand(4, 4, dtype=torch.float64) * 3, state)
+        loss = loss + out.sum()
+    loss.backward()
+    optimiser.step()
+    with torch.no_grad():
+        gm.lif.tau.mul_(1.5)  # a buffer edited by hand is carried too
+    back = nirbridge.torch_to_nir(gm)
+    assert not np.array_equal(back.nodes["fc"].weight, graph.nodes["fc"].weight)
+    np.testing.assert_array_equal(back.nodes["fc"].weight, gm.fc.weight.detach().numpy())
+    np.testing.assert_array_equal(back.nodes["w_rec"].weight, gm.w_rec.weight.detach().numpy())
+    np.testing.assert_array_equal(back.nodes["lif"].tau, graph.nodes["lif"].tau * 1.5)
+    assert back.edges == graph.edges and list(back.nodes) == list(graph.nodes)
+    check_against_reference(gm, back, [(4,)], steps=40)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(graph=random_graphs())
+def test_nir_to_torch_to_nir_is_the_identity(graph):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.RepairWarning)  # odd names get module paths
+        gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
+    back = nirbridge.torch_to_nir(gm)
+    graph.metadata = {**graph.metadata, "dt": DT}  # the dt the module was built at
+    assert_same(graph, back, dtypes=False)
+    nir.NIRGraph(nodes=back.nodes, edges=back.edges, type_check=True)
+
+
+# ----------------------------------------------------------------------------- maps, skip, dt
+
+
+def test_the_users_map_wins_and_default_map_empty_removes_the_defaults():
+    model = nn.Sequential(nn.Linear(3, 4), neurons.LI(tau=1e-3, dt=DT))
+    marker = nir.Scale(np.ones(4))
+    graph = nirbridge.torch_to_nir(
+        model, {nn.Linear: lambda m: nir.Affine(m.weight.detach().numpy() * 0, marker.scale)}
+    )
+    assert np.all(graph.nodes["0"].weight == 0) and type(graph.nodes["0"]) is nir.Affine
+    with pytest.raises(
+        nirbridge.UnsupportedModuleError, match=r"Supported: nirbridge\.neurons\.LI\."
+    ) as info:
+        nirbridge.torch_to_nir(model, default_map={neurons.LI: lambda m: m.to_nir()})
+    assert "module Linear: '0'" in str(info.value)
+
+
+def test_converters_may_take_dt_and_subclasses_use_their_base_entry():
+    class MyLinear(nn.Linear):
+        pass
+
+    seen = {}
+
+    def convert(module, dt):
+        seen["dt"] = dt
+        return nir.Linear(module.weight.detach().numpy())
+
+    graph = nirbridge.torch_to_nir(nn.Sequential(MyLinear(2, 2, bias=False)), {MyLinear: convert}, dt=1e-3)
+    assert seen["dt"] == 1e-3 and graph.metadata["dt"] == 1e-3
+    graph = nirbridge.torch_to_nir(nn.Sequential(MyLinear(2, 2)))
+    assert type(graph.nodes["0"]) is nir.Affine
+
+
+def test_skip_bridges_the_edges_of_removed_modules():
+    model = nn.Sequential(nn.Dropout(0.1), nn.Linear(3, 5), nn.Dropout(0.2), nn.Linear(5, 2)).eval()
+    graph = nirbridge.torch_to_nir(model, skip=(nn.Dropout,))
+    assert list(graph.nodes) == ["input", "1", "3", "output"]
+    assert graph.edges == [("input", "1"), ("1", "3"), ("3", "output")]
+    check_against_reference(model, graph, [(3,)], stateful=False, steps=2)
+    with pytest.raises(nirbridge.UnsupportedModuleError, match=r"skip=\(nn.Dropout,\)"):
+        nirbridge.torch_to_nir(model)
+
+
+class EverythingWrong(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.act = nn.ReLU()
+        self.inner = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.ReLU())
+        self.norm = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        y = self.act(self.fc(x))
+        y = torch.sigmoid(self.inner(y)) * 2.0
+        return self.norm(y.view(-1, 3) - x)
+
+
+def test_every_unsupported_module_and_function_is_named_in_one_error():
+    with pytest.raises(nirbridge.UnsupportedModuleError) as info:
+        nirbridge.torch_to_nir(EverythingWrong())
+    message = str(info.value)
+    for expected in [
+        "module ReLU: 'act', 'inner.2'",
+        "module Tanh: 'inner.1'",
+        "module BatchNorm1d: 'norm'",
+        "function torch.sigmoid: in EverythingWrong.forward (test_trace.py:",
+        "function operator.mul (*)",
+        "method torch.Tensor.view",
+        "function operator.sub (-)",
+        "module_map={nn.ReLU: fn}",
+        "skip=(nn.ReLU,)",
+        "Supported: AvgPool2d, Conv1d, Conv2d, Flatten",
+    ]:
+        assert expected in message, (expected, message)
+    assert set(info.value.offenders) >= {"module ReLU", "module Tanh", "module BatchNorm1d"}
+
+
+def test_functions_and_third_party_modules_can_be_mapped():
+    class Spiky(nn.Module):  # a childless module from "another library"
+        def forward(self, x):
+            return (x > 0.5).float()
+
+    model = nn.Sequential(nn.Linear(2, 3), Spiky())
+    with pytest.raises(
+        nirbridge.UnsupportedModuleError, match=r"function operator.gt: in '1' \(Spiky, test_trace"
+    ):
+        nirbridge.torch_to_nir(model)
+    graph = nirbridge.torch_to_nir(model, {Spiky: lambda m: nir.Threshold(np.full(3, 0.5))})
+    check_against_reference(model, graph, [(2,)], stateful=False, steps=3)
+
+    class Halve(nn.Module):
+        def forward(self, x):
+            return torch.mul(x, 0.5)
+
+    graph = nirbridge.torch_to_nir(
+        nn.Sequential(nn.Linear(2, 3), Halve()), {torch.mul: lambda x, k: nir.Scale(np.full(3, k))}
+    )
+    assert list(graph.nodes) == ["input", "0", "1.mul", "output"]
+    assert np.all(graph.nodes["1.mul"].scale == 0.5)
+
+
+def test_dt_comes_from_the_neurons_and_disagreement_is_an_error():
+    model = nn.Sequential(nn.Linear(2, 2), neurons.LI(tau=1e-2, dt=1e-3))
+    assert nirbridge.torch_to_nir(model).metadata["dt"] == 1e-3
+    with pytest.warns(nirbridge.LossyConversionWarning, match=r"\['1'\] step at dt=0.001"):
+        assert nirbridge.torch_to_nir(model, dt=1e-4).metadata["dt"] == 1e-4
+
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.slow = neurons.LI(tau=1e-2, r=np.ones(2), dt=1e-3)
+            self.fast = neurons.LI(tau=1e-2, dt=1e-4)
+
+        def forward(self, x):
+            return self.fast(self.slow(x)[0])[0]
+
+    with pytest.raises(nirbridge.ParameterError, match=r"'slow': 0.001, 'fast': 0.0001"):
+        nirbridge.torch_to_nir(Mixed())
+    assert nirbridge.torch_to_nir(nn.Linear(2, 2)).metadata["dt"] == DT
+
+
+# ----------------------------------------------------------------------------- edge cases
+
+
+def test_a_lone_module_becomes_a_three_node_graph():
+    graph = nirbridge.torch_to_nir(lif(3, np.random.default_rng(0)))
+    assert list(graph.nodes) == ["input", "lif", "output"] and type(graph.nodes["lif"]) is nir.LIF
+    graph = nirbridge.torch_to_nir(nn.Conv2d(1, 2, 3), example_input=torch.zeros(1, 1, 5, 5))
+    assert tuple(graph.nodes["output"].output_type["output"]) == (2, 3, 3)
+
+
+def test_a_module_called_twice_becomes_two_nodes_with_a_warning():
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.fc(self.fc(x))
+
+    model = Twice()
+    with pytest.warns(nirbridge.LossyConversionWarning, match="no longer share parameters"):
+        graph = nirbridge.torch_to_nir(model)
+    assert graph.edges == [("x", "fc"), ("fc", "fc_2"), ("fc_2", "output")]
+    check_against_reference(model, graph, [(3,)], stateful=False, steps=2)
+
+
+def test_output_names_that_are_module_names_get_a_suffix():
+    class Named(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.out = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return {"out": self.out(x), "x": x}
+
+    with pytest.warns(nirbridge.RepairWarning) as caught:
+        graph = nirbridge.torch_to_nir(Named())
+    assert [str(w.message).split(";")[1] for w in caught] == [
+        " its Output node is called 'out_1'",
+        " its Output node is called 'x_1'",
+    ]
+    assert list(graph.nodes) == ["x", "out", "out_1", "x_1"]
+    assert ("x", "x_1") in graph.edges
+
+
+def test_modules_that_reach_no_output_are_left_out_with_a_warning():
+    class Unused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.dead = nn.Linear(2, 2), nn.Linear(2, 2)
+
+        def forward(self, x):
+            self.dead(x)
+            return self.fc(x)
+
+    with pytest.warns(nirbridge.LossyConversionWarning, match=r"\['dead'\] do not contribute"):
+        graph = nirbridge.torch_to_nir(Unused())
+    assert "dead" not in graph.nodes
+
+
+class StateMisuse(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.lif = nn.Linear(2, 2), neurons.LIF(tau=1e-3, dt=DT)
+
+    def forward(self, x, state=None):
+        _, s = self.lif(self.fc(x))
+        return self.fc(s.v), s
+
+
+class PairMisuse(StateMisuse):
+    def forward(self, x):
+        return self.fc(self.lif(x))
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return self.fc(x)
+        return x
+
+
+class Doubled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y + y
+
+
+@pytest.mark.parametrize(
+    "model, error, match",
+    [
+        (StateMisuse(), nirbridge.GraphStructureError, r"uses the state returned by module 'lif'"),
+        (PairMisuse(), nirbridge.GraphStructureError, r"\(output, state\) pair of module 'lif'"),
+        (Branchy(), nirbridge.TraceError, r"could not trace Branchy.forward"),
+        (Doubled(), nirbridge.GraphStructureError, r"adds the output of \['fc'\] to itself"),
+        (nn.Sequential(nn.Flatten(0)), nirbridge.NodeConversionError, r"'0' \(Flatten\).*batch axis"),
+    ],
+)
+def test_models_nir_cannot_express_get_errors_that_say_what_to_do(model, error, match):
+    with pytest.raises(error, match=match):
+        nirbridge.torch_to_nir(model, example_input=torch.zeros(1, 2))
+
+
+def test_submodules_fx_cannot_trace_are_reported_with_the_rest():
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(Branchy()), nn.ReLU())
+    with pytest.raises(nirbridge.UnsupportedModuleError) as info:
+        nirbridge.torch_to_nir(model)
+    message = str(info.value)
+    assert (
+        "module tests.test_trace.Branchy: '1.0' (fx cannot trace it: TraceError: symbolically traced"
+        in message
+    )
+    assert "module ReLU: '2'" in message
+    assert "module_map={tests.test_trace.Branchy: fn}" in message
+    graph = nirbridge.torch_to_nir(
+        model, {Branchy: lambda m: nir.Scale(np.ones(2)), nn.ReLU: lambda m: nir.Scale(np.ones(2))}
+    )
+    assert list(graph.nodes) == ["input", "0", "1.0", "2", "output"]
+
+
+def test_the_traced_graph_writes_and_nir_reads_it_with_its_type_check(tmp_path):
+    model = ConvNet(np.random.default_rng(3), groups=1)  # nir's type inference ignores groups
+    graph = nirbridge.torch_to_nir(model, example_input=torch.zeros(1, 2, 8, 8))
+    nirbridge.write(tmp_path / "convnet.nir", graph)
+    again = nir.read(tmp_path / "convnet.nir")  # nir's type check runs here
+    assert_same(graph, again, dtypes=False)
+    gm = rebuilds_and_loads(model, nirbridge.read(tmp_path / "convnet.nir"))
+    check_against_reference(gm, graph, [(2, 8, 8)], steps=10)
+
+
+def test_operator_keys_are_functions_in_the_map():
+    assert nirbridge.trace.DEFAULT_MAP[operator.add] is nirbridge.trace.FAN_IN
+    assert nirbridge.trace.DEFAULT_MAP[nn.Identity] is nirbridge.trace.BRIDGE
+
+
+def test_torch_options_nir_cannot_express_warn():
+    with pytest.warns(nirbridge.LossyConversionWarning, match="count_include_pad=False.*ceil_mode=True"):
+        nirbridge.torch_to_nir(
+            nn.AvgPool2d(3, padding=1, count_include_pad=False, ceil_mode=True),
+            example_input=torch.zeros(1, 1, 6, 6),
+        )
+    with pytest.warns(nirbridge.LossyConversionWarning, match="padding_mode='circular'"):
+        nirbridge.torch_to_nir(
+            nn.Conv1d(1, 1, 3, padding=1, padding_mode="circular"), example_input=torch.zeros(1, 1, 5)
+        )

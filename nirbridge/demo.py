@@ -99,6 +99,7 @@ def run(
     state = original_state = None
     mismatches = 0
     with torch.no_grad():
+        gm(spikes[0])  # warm-up: torch's first calls are slow
         start = time.perf_counter()
         for x in spikes:
             out, state = gm(x, state)

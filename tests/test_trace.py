@@ -341,7 +341,7 @@ def test_an_imported_module_alone_exports_its_graph_with_trained_parameters():
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(graph=random_graphs())
-def test_nir_to_torch_to_nir_is_the_identity(graph):
+def test_nir_to_torch_to_nir_is_the_identity_and_carries_edited_weights(graph):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", nirbridge.RepairWarning)  # odd names get module paths
         gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
@@ -349,6 +349,28 @@ def test_nir_to_torch_to_nir_is_the_identity(graph):
     graph.metadata = {**graph.metadata, "dt": DT}  # the dt the module was built at
     assert_same(graph, back, dtypes=False)
     nir.NIRGraph(nodes=back.nodes, edges=back.edges, type_check=True)
+    # edit every parameter, as training would, and export again
+    gm.load_state_dict({key: value * 1.5 for key, value in gm.state_dict().items()})
+    assert_same(scaled(graph, 1.5), nirbridge.torch_to_nir(gm), dtypes=False)
+
+
+def scaled(node, factor):
+    """A copy of a graph with every floating parameter array multiplied by ``factor``."""
+    if isinstance(node, nir.NIRGraph):
+        nodes = {name: scaled(child, factor) for name, child in node.nodes.items()}
+        return nir.NIRGraph(nodes=nodes, edges=node.edges, metadata=node.metadata, type_check=False)
+    if isinstance(node, (nir.Input, nir.Output)):
+        return node
+    changes = {
+        field: np.asarray(value, np.float64) * factor
+        for field, value in vars(node).items()
+        if field not in ("input_type", "output_type", "metadata")
+        and isinstance(value, np.ndarray)
+        and value.dtype.kind == "f"
+    }
+    copy = nirbridge.graph._replace(node, **changes)
+    copy.metadata = node.metadata
+    return copy
 
 
 # ----------------------------------------------------------------------------- maps, skip, dt

@@ -212,7 +212,9 @@ def torch_to_nir(
         raise NirBridgeError(f"torch_to_nir expects a torch.nn.Module, got {type(module).__name__}")
     merged: dict[Any, Any] = dict(DEFAULT_MAP if default_map is None else default_map)
     merged.update(module_map or {})
-    if isinstance(skip, type):
+    if skip is None:
+        skip = ()
+    elif isinstance(skip, type):
         skip = (skip,)
     for entry in skip:
         if not (isinstance(entry, type) or callable(entry)):
@@ -233,10 +235,16 @@ def _nir_meta(module: Any) -> dict[str, Any] | None:
 
 
 def _lookup_module(the_map: ModuleMap, module: nn.Module) -> Any:
-    for cls in type(module).__mro__:
+    """The map's entry for a module: its type's, else its nearest base class's, as long
+    as the subclass computes what the base computes (does not override ``forward``)."""
+    kind = type(module)
+    for cls in kind.__mro__:
         if cls in the_map:
-            if cls is fx.GraphModule and _nir_meta(module) is None:
-                continue  # an ordinary GraphModule is traced like any other module
+            if cls is fx.GraphModule:
+                if _nir_meta(module) is None:
+                    return None  # an ordinary GraphModule is traced like any other module
+            elif cls is not kind and getattr(kind, "forward", None) is not getattr(cls, "forward", None):
+                return None  # a subclass with its own forward: traced into, or reported
             return the_map[cls]
     return None
 
@@ -278,6 +286,10 @@ def _callable_name(target: Any) -> str:
         return f"operator.{name} ({symbol})" if symbol else f"operator.{name}"
     if qualname.startswith("_VariableFunctionsClass."):
         return f"torch.{name}"
+    if module.startswith("torch._C"):  # builtins re-exported under public names
+        for public, namespace in (("torch.nn.functional", torch.nn.functional), ("torch", torch)):
+            if getattr(namespace, name, None) is target:
+                return f"{public}.{name}"
     return f"{module}.{qualname or name}" if module else name
 
 
@@ -453,9 +465,10 @@ class _Sources:
 
 @dataclasses.dataclass
 class _Stateful:
-    """The ``(out, state)`` result of a stateful leaf."""
+    """The ``(out, state)`` result of a stateful leaf; ``names`` are the sources of
+    ``out`` (the leaf itself, or what a skipped leaf passes through)."""
 
-    name: str
+    names: tuple[str, ...]
     where: str
 
 
@@ -468,6 +481,9 @@ class _StatePart:
 
 class _Unsupported:
     """The result of something already reported as unsupported."""
+
+
+_GUARD = object()  # an argument traced at its default, and fx's checks of it
 
 
 @dataclasses.dataclass
@@ -496,6 +512,10 @@ class _Exporter:
             return self._finish(graph, example_input, dt)
         if handler is not None:
             return self._single(module, example_input, dt)
+        if type(module).__module__.startswith("torch.nn") and not isinstance(
+            module, (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+        ):
+            raise _unsupported({f"module {_key_name(type(module))}": ["the model itself"]}, self.the_map)
         return self._traced(module, example_input, dt)
 
     def _single(self, module: nn.Module, example_input: Any, dt: float | None) -> nir.NIRGraph:
@@ -527,7 +547,9 @@ class _Exporter:
                     "arguments to name the Input nodes. Wrap the model in a module whose forward "
                     "names each input."
                 )
-            if param.default is param.empty:
+            if param.name == "state":
+                concrete["state"] = None  # traced at state=None, with or without a default
+            elif param.default is param.empty:
                 input_names.append(param.name)
             else:
                 concrete[param.name] = param.default
@@ -563,7 +585,8 @@ class _Exporter:
         values: dict[fx.Node, Any] = {}
         pending: list[_Pending] = []
         calls: dict[str, int] = {}
-        taken = {name for name, _ in root.named_modules()} | set(input_names)
+        taken = {name for name, _ in root.named_modules()}
+        input_names = self._input_names(input_names, taken)
         placeholders = iter(input_names)
         result_value: Any = None
 
@@ -581,13 +604,14 @@ class _Exporter:
         for node in g.nodes:
             if node.op == "placeholder":
                 name = next(placeholders, None)
-                values[node] = _Sources((name,)) if name is not None else None
+                values[node] = _Sources((name,)) if name is not None else _GUARD
             elif node.op == "get_attr":
                 values[node] = None  # a parameter or constant used directly
             elif node.op == "call_module":
                 values[node] = self._call_module(root, node, tensor_args(node), pending, calls, taken, report)
             elif node.op in ("call_function", "call_method"):
-                if node.target is torch.fx._symbolic_trace._assert_is_none:
+                if any(values.get(a) is _GUARD for a in node.all_input_nodes):
+                    values[node] = _GUARD  # fx's checks that a traced-at-default argument is unchanged
                     continue
                 values[node] = self._call_function(node, values, tensor_args(node), pending, taken, report)
             elif node.op == "output":
@@ -613,6 +637,23 @@ class _Exporter:
         graph = nir.NIRGraph(nodes=nodes, edges=edges, metadata={}, type_check=False)
         return self._finish(graph, example_input, dt)
 
+    @staticmethod
+    def _input_names(arguments: list[str], taken: set[str]) -> list[str]:
+        """Input nodes are named after forward's arguments; module names win a clash,
+        since they must match the state dict."""
+        names = []
+        for argument in arguments:
+            name = _unique(argument, taken)
+            if name != argument:
+                warnings.warn(
+                    f"input {argument!r} has the name of a module; its Input node is called {name!r}",
+                    RepairWarning,
+                    stacklevel=5,
+                )
+            taken.add(name)
+            names.append(name)
+        return names
+
     def _call_module(self, root, node, args, pending, calls, taken, report) -> Any:
         module = root.get_submodule(node.target)
         handler = _lookup_module(self.the_map, module)
@@ -627,11 +668,24 @@ class _Exporter:
                     report(kind, place)
         if any(isinstance(a, _Unsupported) for a in args):
             return _Unsupported()
-        tensors = [a for a in args if a is not None]
-        if handler is BRIDGE:
-            return tensors[0] if tensors else None
+        tensors = [a for a in args if a is not None and a is not _GUARD]
         where = repr(node.target)
+        if handler is BRIDGE:
+            if not tensors:
+                return None
+            passed = tensors[0]
+            if _is_stateful(module) and isinstance(passed, _Sources):
+                return _Stateful(passed.names, f"module {where}")
+            return passed
         self._check_tensors(tensors, f"module {where}")
+        meta = _nir_meta(module)
+        if meta is not None and (len(meta["inputs"]) != 1 or len(meta["outputs"]) != 1):
+            raise GraphStructureError(
+                f"module {where} was built by nir_to_torch from a graph with "
+                f"{len(meta['inputs'])} Input and {len(meta['outputs'])} Output nodes; nested in "
+                "another graph, an edge into a subgraph feeds its single Input and an edge out "
+                "reads its single Output. Export it on its own, or split it."
+            )
         if len(tensors) != 1:
             raise GraphStructureError(
                 f"module {where} ({type(module).__name__}) receives {len(tensors)} tensors; a NIR "
@@ -652,7 +706,7 @@ class _Exporter:
         taken.add(name)
         pending.append(_Pending(name, module, handler, tensors[0].names))
         if _is_stateful(module):
-            return _Stateful(name, f"module {where}")
+            return _Stateful((name,), f"module {where}")
         return _Sources((name,))
 
     def _call_function(self, node, values, args, pending, taken, report) -> Any:
@@ -667,7 +721,7 @@ class _Exporter:
             first = values.get(node.args[0]) if isinstance(node.args[0], fx.Node) else None
             if isinstance(first, _Stateful):
                 index = node.args[1]
-                return _Sources((first.name,)) if index == 0 else _StatePart(first.where)
+                return _Sources(first.names) if index == 0 else _StatePart(first.where)
             if isinstance(first, (_Unsupported, _StatePart)):
                 return first
         self._check_tensors(args, f"{_callable_name(target or node.target)} {where}")
@@ -684,6 +738,9 @@ class _Exporter:
         tensors = [a for a in args if a is not None]
         if handler is FAN_IN:
             operands = [a for a in node.args]
+            zero = [a for a in operands if type(a) in (int, float) and a == 0]
+            if not node.kwargs and len(operands) == 2 and zero and len(tensors) == 1:
+                return tensors[0]  # 0 + a, as Python's sum() starts
             if (
                 node.kwargs
                 or len(operands) != 2
@@ -728,6 +785,9 @@ class _Exporter:
     def _outputs(
         self, value: Any, values: dict[fx.Node, Any], returns_state: bool, taken: set[str]
     ) -> dict[str, tuple[str, ...]]:
+        if isinstance(value, fx.Node) and isinstance(values.get(value), _Stateful):
+            # the model returns a stateful module's (out, state), as nn.Sequential(..., LIF) does
+            return {_unique("output", taken): values[value].names}
         if returns_state:
             if not (isinstance(value, (tuple, list)) and len(value) == 2):
                 raise TraceError(
@@ -735,9 +795,6 @@ class _Exporter:
                     f"returned {type(value).__name__}"
                 )
             value = value[0]
-        if isinstance(value, fx.Node) and isinstance(values.get(value), _Stateful):
-            # the model returns a stateful module's (out, state), as nn.Sequential(..., LIF) does
-            return {_unique("output", taken): (values[value].name,)}
 
         def sources(v: Any, label: str) -> tuple[str, ...]:
             found = values.get(v) if isinstance(v, fx.Node) else None
@@ -845,11 +902,18 @@ class _Exporter:
 def _example_shapes(example_input: Any, inputs: list[str]) -> dict[str, tuple[int, ...]]:
     if example_input is None:
         return {}
-    tensors = (example_input,) if isinstance(example_input, torch.Tensor) else tuple(example_input)
-    if len(tensors) != len(inputs) or not all(isinstance(t, torch.Tensor) for t in tensors):
+    arrays = (torch.Tensor, np.ndarray)
+    if isinstance(example_input, arrays):
+        tensors: tuple[Any, ...] = (example_input,)
+    elif isinstance(example_input, (tuple, list)):
+        tensors = tuple(example_input)
+    else:
+        tensors = ()
+    if len(tensors) != len(inputs) or not all(isinstance(t, arrays) for t in tensors):
         raise NirBridgeError(
-            f"example_input must hold one tensor per input {inputs} (batch axis first), got "
-            f"{len(tensors)} value(s)"
+            f"example_input must be a tensor (one input) or a tuple with one tensor per input "
+            f"{inputs}, batch axis first; got {type(example_input).__name__}"
+            + (f" with {len(tensors)} value(s)" if tensors else "")
         )
     shapes = {}
     for name, tensor in zip(inputs, tensors):
@@ -894,9 +958,9 @@ def _shape_from_consumers(
                 continue
             if isinstance(node, graph_utils._ELEMENTWISE):
                 params = graph_utils.node_shape(node)
-                if params:
+                if params and all(d > 1 for d in params):
                     return params
-                frontier.append(consumer)
+                frontier.append(consumer)  # parameters that broadcast do not fix the shape
     return None
 
 

@@ -647,3 +647,142 @@ def test_torch_options_nir_cannot_express_warn():
         nirbridge.torch_to_nir(
             nn.Conv1d(1, 1, 3, padding=1, padding_mode="circular"), example_input=torch.zeros(1, 1, 5)
         )
+
+
+# ----------------------------------------------------------------------------- found in review
+
+
+def test_an_input_named_like_a_module_keeps_both():
+    class Clash(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fx, self.y = nn.Linear(4, 5), nn.Linear(5, 5)
+
+        def forward(self, x, y):
+            return self.y(self.fx(x) + y)
+
+    model = Clash()
+    with pytest.warns(
+        nirbridge.RepairWarning, match="input 'y' has the name of a module; its Input node is called 'y_1'"
+    ):
+        graph = nirbridge.torch_to_nir(model)
+    assert isinstance(graph.nodes["y_1"], nir.Input) and isinstance(graph.nodes["y"], nir.Affine)
+    assert ("y_1", "y") in graph.edges and ("y", "y") not in graph.edges
+    check_against_reference(model, graph, [(4,), (5,)], stateful=False, steps=2)
+    rebuilds_and_loads(model, graph)
+
+
+def test_arguments_with_defaults_are_traced_at_them():
+    class Options(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.lif = nn.Linear(4, 5), lif(5, np.random.default_rng(0))
+
+        def forward(self, x, scale: float = 1.0, record=False, state=None):
+            z, s = self.lif(self.fc(x), state)
+            return z, s
+
+    model = Options()
+    graph = nirbridge.torch_to_nir(model)
+    assert list(graph.nodes) == ["x", "fc", "lif", "output"]
+    check_against_reference(lambda x, s: model(x, state=s), graph, [(4,)], steps=40)
+
+
+def test_a_model_that_returns_its_last_modules_pair():
+    class Wrapper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.lif = nn.Linear(3, 4), lif(4, np.random.default_rng(1))
+
+        def forward(self, x, state):  # a state argument without a default is the state too
+            return self.lif(self.fc(x), state)
+
+    model = Wrapper()
+    graph = nirbridge.torch_to_nir(model)
+    assert list(graph.nodes) == ["x", "fc", "lif", "output"]
+    assert check_against_reference(model, graph, [(3,)], steps=60) > 0
+
+
+def test_a_subclass_with_its_own_forward_is_not_exported_as_its_base():
+    class PositiveLinear(nn.Linear):
+        def forward(self, x):
+            return nn.functional.linear(x, self.weight.abs(), self.bias)
+
+    with pytest.raises(nirbridge.UnsupportedModuleError, match="torch.nn.functional.linear: in '0'"):
+        nirbridge.torch_to_nir(nn.Sequential(PositiveLinear(3, 3)))
+
+
+def test_size_one_parameters_do_not_fix_the_input_shape():
+    class Broadcast(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.li = neurons.LI(tau=np.array([8e-4]), r=np.array([10.0]), v_leak=np.array([0.0]), dt=DT)
+            self.fc = nn.Linear(4, 5)
+
+        def forward(self, x, state=None):
+            v, s = self.li(x, state)
+            return self.fc(v), s
+
+    graph = nirbridge.torch_to_nir(Broadcast())
+    assert tuple(graph.nodes["x"].input_type["input"]) == (4,) and graph.nodes["li"].tau.shape == (4,)
+
+
+def test_skipping_a_stateful_module_passes_its_input_on():
+    model = Stack(np.random.default_rng(0))
+    graph = nirbridge.torch_to_nir(model, skip=(neurons.LIF,))
+    assert graph.edges == [("x", "fc1"), ("fc1", "fc2"), ("fc2", "fc3"), ("fc3", "li"), ("li", "output")]
+
+
+def test_sum_of_a_list_of_tensors_is_fan_in():
+    class Summed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = nn.ModuleList(nn.Linear(3, 2) for _ in range(3))
+
+        def forward(self, x):
+            return sum(head(x) for head in self.heads)
+
+    model = Summed()
+    graph = nirbridge.torch_to_nir(model)
+    assert [e for e in graph.edges if e[1] == "output"] == [
+        ("heads.0", "output"),
+        ("heads.1", "output"),
+        ("heads.2", "output"),
+    ]
+    check_against_reference(model, graph, [(3,)], stateful=False, steps=2)
+
+
+def test_a_nested_import_with_several_outputs_cannot_nest():
+    two = nir.NIRGraph(
+        nodes={
+            "i": nir.Input(np.array([2])),
+            "a": nir.Scale(np.ones(2)),
+            "o1": nir.Output(np.array([2])),
+            "o2": nir.Output(np.array([2])),
+        },
+        edges=[("i", "a"), ("a", "o1"), ("a", "o2")],
+        type_check=False,
+    )
+
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nirbridge.nir_to_torch(two)
+
+        def forward(self, x):
+            out, _ = self.inner(x)
+            return out["o1"]
+
+    with pytest.raises(nirbridge.GraphStructureError, match="1 Input and 2 Output nodes"):
+        nirbridge.torch_to_nir(Holder())
+
+
+def test_a_torch_layer_as_the_model_and_bad_arguments():
+    with pytest.raises(nirbridge.UnsupportedModuleError, match="module ReLU: the model itself"):
+        nirbridge.torch_to_nir(nn.ReLU())
+    with pytest.raises(nirbridge.NirBridgeError, match="example_input must be a tensor"):
+        nirbridge.torch_to_nir(nn.Linear(4, 2), example_input=3)
+    graph = nirbridge.torch_to_nir(nn.Conv1d(1, 2, 3), example_input=np.zeros((1, 1, 6)), skip=None)
+    assert tuple(graph.nodes["output"].output_type["output"]) == (2, 4)
+    with pytest.raises(nirbridge.NirBridgeError, match="expects a torch.nn.Module"):
+        nirbridge.torch_to_nir(lambda x: x)

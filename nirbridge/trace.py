@@ -22,8 +22,10 @@ are broadcast to their population's shape. The model itself is never run.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import dataclasses
+import dis
 import functools
 import inspect
 import math
@@ -391,6 +393,28 @@ def _unsupported(offenders: dict[str, list[str]], the_map: ModuleMap) -> Unsuppo
 # ----------------------------------------------------------------------------- tracing
 
 
+@functools.lru_cache(maxsize=512)
+def _instructions(code: Any) -> tuple[list[int], list[dis.Instruction]]:
+    instructions = list(dis.get_instructions(code))
+    return [i.offset for i in instructions], instructions
+
+
+class _Proxy(fx.Proxy):
+    """fx's Proxy, but ``a, b = proxy`` disassembles each calling function once instead
+    of at every unpacking (fx's cost grows with the size of ``forward`` per call)."""
+
+    def __iter__(self) -> Any:
+        frame = sys._getframe(1)
+        offsets, instructions = _instructions(frame.f_code)
+        if sys.version_info >= (3, 11):
+            index = bisect.bisect_left(offsets, frame.f_lasti)
+        else:
+            index = frame.f_lasti // 2
+        if index < len(instructions) and instructions[index].opname == "UNPACK_SEQUENCE":
+            return (self[i] for i in range(instructions[index].argval))
+        return self.tracer.iter(self)
+
+
 class _Tracer(fx.Tracer):
     """An fx tracer whose leaves are the mapped module types and torch's built-in
     layers. Other modules are traced through; one whose ``forward`` cannot be traced
@@ -427,6 +451,9 @@ class _Tracer(fx.Tracer):
             reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
             self.untraceable[path] = f"{type(error).__name__}: {reason}"[:160]
             return super().call_module(m, forward, args, kwargs)  # now a leaf
+
+    def proxy(self, node: fx.Node) -> fx.Proxy:
+        return _Proxy(node, self)
 
     def create_node(
         self, kind: str, target: Any, args: Any, kwargs: Any, name: str | None = None, type_expr: Any = None

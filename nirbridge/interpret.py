@@ -168,20 +168,24 @@ def _lookup(node_map: Mapping[type, Any], node_type: type) -> Callable[..., Any]
     return None
 
 
-@functools.lru_cache(maxsize=256)
-def _accepts_dt(fn: Callable[..., Any]) -> bool:
+@functools.lru_cache(maxsize=1024)
+def accepted_keywords(fn: Callable[..., Any]) -> frozenset[str]:
+    """The keyword arguments a converter can take; ``**kwargs`` counts as ``dt`` and
+    ``module_map``, the extras nirbridge's converters are offered."""
     try:
-        params = inspect.signature(fn).parameters
+        params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        return False
-    return "dt" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        return frozenset()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return frozenset({"dt", "module_map"})
+    return frozenset(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 def _convert(name: str, node: Any, node_map: Mapping[type, Any], dt: float) -> torch.nn.Module:
     fn = _lookup(node_map, type(node))
     assert fn is not None  # _check_supported ran first
     try:
-        module = fn(node, dt=dt) if _accepts_dt(fn) else fn(node)
+        module = fn(node, dt=dt) if "dt" in accepted_keywords(fn) else fn(node)
     except Exception as error:
         raise NodeConversionError(name, type(node).__name__, error) from error
     if not isinstance(module, torch.nn.Module):
@@ -194,7 +198,8 @@ def _convert(name: str, node: Any, node_map: Mapping[type, Any], dt: float) -> t
 
 
 @functools.lru_cache(maxsize=1024)
-def _forward_takes_state(cls: type) -> bool:
+def forward_takes_state(cls: type) -> bool:
+    """Whether a module type is stateful: its ``forward`` has a ``state`` parameter."""
     try:
         return "state" in inspect.signature(cls.forward).parameters
     except (TypeError, ValueError):
@@ -202,7 +207,7 @@ def _forward_takes_state(cls: type) -> bool:
 
 
 def _is_stateful(module: torch.nn.Module) -> bool:
-    return isinstance(module, fx.GraphModule) or _forward_takes_state(type(module))
+    return isinstance(module, fx.GraphModule) or forward_takes_state(type(module))
 
 
 def add_delayed(x: torch.Tensor, *previous: torch.Tensor | None) -> torch.Tensor:

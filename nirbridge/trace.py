@@ -56,6 +56,7 @@ from .errors import (
     TraceError,
     UnsupportedModuleError,
 )
+from .interpret import accepted_keywords, forward_takes_state
 from .neurons.modules import DEFAULT_DT, check_dt
 
 __all__ = [
@@ -308,21 +309,10 @@ def _key_name(key: Any) -> str:
     return _callable_name(key)
 
 
-@functools.lru_cache(maxsize=1024)
-def _keywords(fn: Any) -> frozenset[str]:
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return frozenset()
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return frozenset({"dt", "module_map"})
-    return frozenset(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
-
-
 def _call_handler(
     handler: Any, obj: Any, name: str, the_map: ModuleMap, dt: float | None, *args: Any, **kwargs: Any
 ) -> nir.NIRNode:
-    keywords = _keywords(handler)
+    keywords = accepted_keywords(handler)
     if "dt" in keywords and dt is not None:
         kwargs["dt"] = dt
     if "module_map" in keywords:
@@ -342,12 +332,7 @@ def _call_handler(
 
 
 def _is_stateful(module: nn.Module) -> bool:
-    if _nir_meta(module) is not None:
-        return True
-    try:
-        return "state" in inspect.signature(type(module).forward).parameters
-    except (TypeError, ValueError):
-        return False
+    return _nir_meta(module) is not None or forward_takes_state(type(module))
 
 
 def _graph_module_offenders(module: fx.GraphModule, the_map: ModuleMap, prefix: str) -> dict[str, list[str]]:

@@ -64,6 +64,7 @@ __all__ = [
     "DEFAULT_MAP",
     "FAN_IN",
     "ModuleMap",
+    "export",
     "graph_module_to_nir",
     "neuron_to_nir",
     "torch_to_nir",
@@ -223,9 +224,27 @@ def torch_to_nir(
         if not (isinstance(entry, type) or callable(entry)):
             raise NirBridgeError(f"skip=... takes module types, got {entry!r}")
         merged[entry] = BRIDGE
+    return export(module, merged, example_input=example_input, dt=dt)
+
+
+def export(
+    module: nn.Module,
+    the_map: ModuleMap,
+    *,
+    example_input: Any = None,
+    dt: float | None = None,
+    stateful: Callable[[nn.Module], bool] | None = None,
+) -> nir.NIRGraph:
+    """:func:`torch_to_nir` with a map already merged, for the simulator adapters.
+
+    ``stateful(module)`` says whether a leaf returns a tuple whose first item is its
+    output and whose other items are state (snntorch's ``(spk, mem)``); by default,
+    modules whose ``forward`` has a ``state`` parameter and modules built by
+    :func:`nirbridge.nir_to_torch` do.
+    """
     if dt is not None:
         dt = check_dt(dt, "torch_to_nir(dt=...)")
-    return _Exporter(merged).export(module, example_input, dt)
+    return _Exporter(dict(the_map), stateful or _is_stateful).export(module, example_input, dt)
 
 
 # ----------------------------------------------------------------------------- lookups
@@ -509,8 +528,9 @@ class _Pending:
 
 
 class _Exporter:
-    def __init__(self, the_map: dict[Any, Any]) -> None:
+    def __init__(self, the_map: dict[Any, Any], stateful: Callable[[nn.Module], bool]) -> None:
         self.the_map = the_map
+        self.is_stateful = stateful
         self.untraceable: dict[str, str] = {}
 
     # -- entry ---------------------------------------------------------------------
@@ -539,7 +559,7 @@ class _Exporter:
         x = g.placeholder("input")
         result = g.call_module(name, (x,))
         result.meta["nirbridge_scope"] = name
-        if _is_stateful(module):
+        if self.is_stateful(module):
             result = g.call_function(operator.getitem, (result, 0))
         g.output(result)
         return self._convert(root, g, ["input"], False, example_input, dt)
@@ -686,7 +706,7 @@ class _Exporter:
             if not tensors:
                 return None
             passed = tensors[0]
-            if _is_stateful(module) and isinstance(passed, _Sources):
+            if self.is_stateful(module) and isinstance(passed, _Sources):
                 return _Stateful(passed.names, f"module {where}")
             return passed
         self._check_tensors(tensors, f"module {where}")
@@ -717,7 +737,7 @@ class _Exporter:
             )
         taken.add(name)
         pending.append(_Pending(name, module, handler, tensors[0].names))
-        if _is_stateful(module):
+        if self.is_stateful(module):
             return _Stateful((name,), f"module {where}")
         return _Sources((name,))
 

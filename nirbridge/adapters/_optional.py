@@ -1,0 +1,24 @@
+"""Import a simulator package for an adapter, or say how to install it."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from ..errors import NirBridgeError
+
+_INSTALL = {
+    "norse": "pip install norse --no-deps (norse declares torchvision, which would pull a CUDA torch)",
+    "snntorch": "pip install snntorch",
+}
+
+
+def require(module: str, package: str) -> ModuleType:
+    """``importlib.import_module(module)``, or a :class:`NirBridgeError` with the install line."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise NirBridgeError(
+            f"nirbridge.adapters.{package} needs the {package} package, which cannot be imported "
+            f"({error}). Install it: {_INSTALL.get(package, f'pip install {package}')}"
+        ) from error

@@ -1,0 +1,223 @@
+"""norse 1.1 ⇄ NIR, exactly.
+
+Each norse cell integrates with forward Euler at its own ``dt`` (default 1e-3). With
+``τ = 1 / tau_inv``, the cells are these NIR nodes (checked spike for spike):
+
+==============  =====================================================================
+norse           NIR
+==============  =====================================================================
+``LIFBoxCell``  LIF(tau=1/tau_mem_inv, r=1, v_leak, v_threshold=v_th, v_reset)
+``LIFCell``     CubaLIF(tau_syn=1/tau_syn_inv, tau_mem=1/tau_mem_inv, r=1, v_leak,
+                v_threshold=v_th, v_reset, w_in=tau_syn/dt): norse adds the input to
+                the synaptic current directly, NIR through (dt/tau_syn)·w_in
+``LIBoxCell``   LI(tau=1/tau_mem_inv, r=1, v_leak)
+``LICell``      CubaLI(tau_syn=1/tau_syn_inv, tau_mem=1/tau_mem_inv, r=1, v_leak,
+                w_in=tau_syn/dt)
+``IAFCell``     IF(r=1/dt, v_threshold=v_th, v_reset); norse's v starts at v_reset,
+                NIR's at 0, so a non-zero v_reset warns
+==============  =====================================================================
+
+:func:`to_nir` traces a norse model (``SequentialState`` or a module calling cells as
+``out, s = cell(x, s)``) with :func:`nirbridge.torch_to_nir`; the graph's dt is the
+cells' (they must agree). :func:`from_nir` builds a module whose neurons are norse cells
+(:class:`NorseNeuron`), so norse's step functions and surrogate gradients run, with the
+NIR parameters that norse lacks (``r``, ``w_in``, a CubaLIF's scale) folded into the
+cell's input. NIR nodes norse has no cell for use nirbridge's own modules.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import nir
+import torch
+from torch import nn
+
+from .. import trace
+from ..errors import LossyConversionWarning
+from ..interpret import nir_to_torch
+from ._common import SimulatorNeuron, broadcast
+from ._optional import require
+
+nt = require("norse.torch", "norse")
+
+__all__ = ["FROM_NIR", "TO_NIR", "NorseNeuron", "from_nir", "to_nir"]
+
+
+def _inverse(value: Any) -> torch.Tensor:
+    return 1.0 / torch.as_tensor(value, dtype=torch.float64)
+
+
+def lifbox_to_nir(cell: Any) -> nir.LIF:
+    p = cell.p
+    return nir.LIF(
+        **broadcast(
+            tau=_inverse(p.tau_mem_inv), r=1.0, v_leak=p.v_leak, v_threshold=p.v_th, v_reset=p.v_reset
+        )
+    )
+
+
+def lif_to_nir(cell: Any) -> nir.CubaLIF:
+    p = cell.p
+    tau_syn = _inverse(p.tau_syn_inv)
+    return nir.CubaLIF(
+        **broadcast(
+            tau_syn=tau_syn,
+            tau_mem=_inverse(p.tau_mem_inv),
+            r=1.0,
+            v_leak=p.v_leak,
+            v_threshold=p.v_th,
+            v_reset=p.v_reset,
+            w_in=tau_syn / cell.dt,
+        )
+    )
+
+
+def libox_to_nir(cell: Any) -> nir.LI:
+    p = cell.p
+    return nir.LI(**broadcast(tau=_inverse(p.tau_mem_inv), r=1.0, v_leak=p.v_leak))
+
+
+def li_to_nir(cell: Any) -> nir.CubaLI:
+    p = cell.p
+    tau_syn = _inverse(p.tau_syn_inv)
+    return nir.CubaLI(
+        **broadcast(
+            tau_syn=tau_syn, tau_mem=_inverse(p.tau_mem_inv), r=1.0, v_leak=p.v_leak, w_in=tau_syn / cell.dt
+        )
+    )
+
+
+def iaf_to_nir(cell: Any) -> nir.IF:
+    p = cell.p
+    if bool((torch.as_tensor(p.v_reset) != 0).any()):
+        warnings.warn(
+            "IAFCell: norse starts v at v_reset, NIR's IF at 0; with a non-zero v_reset the "
+            "exported neurons start from 0 instead",
+            LossyConversionWarning,
+            stacklevel=4,
+        )
+    return nir.IF(**broadcast(r=1.0 / cell.dt, v_threshold=p.v_th, v_reset=p.v_reset))
+
+
+class NorseNeuron(SimulatorNeuron):
+    """A norse cell running a NIR neuron node: ``out, state = m(x, state)``.
+
+    norse keeps its parameters as plain attributes; here the NIR parameters are buffers
+    and the cell's are derived from them. Input scaling covers what norse lacks: ``r``
+    for LIF/LI, ``dt·r`` for IF (norse's IAF adds its input unscaled), and
+    ``r·w_in·dt/tau_syn`` for CubaLIF/CubaLI, whose norse current is then ``r`` times
+    NIR's ``i``. NIR's IF starts at v = 0, norse's at v_reset: the first state is given.
+    """
+
+    _CELLS: ClassVar[dict[type, str]] = {
+        nir.LIF: "LIFBoxCell",
+        nir.LI: "LIBoxCell",
+        nir.CubaLIF: "LIFCell",
+        nir.CubaLI: "LICell",
+        nir.IF: "IAFCell",
+    }
+
+    def __init__(self, node: nir.NIRNode, dt: float) -> None:
+        super().__init__(node, dt)
+        self.cell = getattr(nt, self._CELLS[self.nir_type])(p=self._parameters_for_norse(), dt=self.dt)
+        self._sync()
+
+    def _parameters_for_norse(self) -> Any:
+        if self.nir_type is nir.LIF:
+            return nt.LIFBoxParameters(
+                tau_mem_inv=1.0 / self.tau, v_leak=self.v_leak, v_th=self.v_threshold, v_reset=self.v_reset
+            )
+        if self.nir_type is nir.LI:
+            return nt.LIBoxParameters(tau_mem_inv=1.0 / self.tau, v_leak=self.v_leak)
+        if self.nir_type is nir.CubaLIF:
+            return nt.LIFParameters(
+                tau_syn_inv=1.0 / self.tau_syn,
+                tau_mem_inv=1.0 / self.tau_mem,
+                v_leak=self.v_leak,
+                v_th=self.v_threshold,
+                v_reset=self.v_reset,
+            )
+        if self.nir_type is nir.CubaLI:
+            return nt.LIParameters(
+                tau_syn_inv=1.0 / self.tau_syn, tau_mem_inv=1.0 / self.tau_mem, v_leak=self.v_leak
+            )
+        return nt.IAFParameters(v_th=self.v_threshold, v_reset=self.v_reset)
+
+    def _sync(self) -> None:
+        self.cell.p = self._parameters_for_norse()
+        if self.nir_type in (nir.CubaLIF, nir.CubaLI):
+            self._scale = self.r * self.w_in * (self.dt / self.tau_syn)
+        elif self.nir_type is nir.IF:
+            self._scale = self.r * self.dt
+        else:
+            self._scale = self.r
+
+    def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        if state is None and self.nir_type is nir.IF:
+            state = nt.IAFFeedForwardState(v=x.new_zeros(torch.broadcast_shapes(x.shape, self.r.shape)))
+        return self.cell(x * self._scale, state)
+
+
+def _neuron_from_nir(node: nir.NIRNode, dt: float) -> NorseNeuron:
+    return NorseNeuron(node, dt)
+
+
+TO_NIR: dict[Any, Any] = {
+    nt.LIFBoxCell: lifbox_to_nir,
+    nt.LIFCell: lif_to_nir,
+    nt.LIBoxCell: libox_to_nir,
+    nt.LICell: li_to_nir,
+    nt.IAFCell: iaf_to_nir,
+    NorseNeuron: trace.neuron_to_nir,
+}
+"""norse modules → NIR nodes; merged over :data:`nirbridge.trace.DEFAULT_MAP`."""
+
+FROM_NIR: dict[type, Callable[..., nn.Module]] = {
+    nir.LIF: _neuron_from_nir,
+    nir.LI: _neuron_from_nir,
+    nir.CubaLIF: _neuron_from_nir,
+    nir.CubaLI: _neuron_from_nir,
+    nir.IF: _neuron_from_nir,
+}
+"""NIR nodes → norse cells; other nodes use :data:`nirbridge.DEFAULT_MAP`."""
+
+
+def to_nir(
+    module: nn.Module,
+    example_input: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+    *,
+    dt: float | None = None,
+    module_map: Mapping[Any, Any] | None = None,
+) -> nir.NIRGraph:
+    """Export a norse model to NIR.
+
+    Args:
+        module: a ``SequentialState``, a cell, or a module that calls cells as
+            ``out, s = cell(x, s)`` in a ``forward(x, state=None)``.
+        example_input: as for :func:`nirbridge.torch_to_nir` (needed for convolutions).
+        dt: the time step recorded in ``graph.metadata["dt"]``; defaults to the cells'
+            own ``dt``, which must agree (norse's default is 1e-3).
+        module_map: entries that win over :data:`TO_NIR` and nirbridge's defaults.
+    """
+    merged = {**trace.DEFAULT_MAP, **TO_NIR, **(module_map or {})}
+    return trace.export(module, merged, example_input=example_input, dt=dt)
+
+
+def from_nir(
+    graph_or_path: Any,
+    *,
+    dt: float | None = None,
+    node_map: Mapping[type, Callable[..., nn.Module]] | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> nn.Module:
+    """Build a module running a NIR graph with norse cells: ``out, state = m(x, state)``.
+
+    ``dt`` defaults to ``graph.metadata["dt"]``, then 1e-4 (as :func:`nirbridge.nir_to_torch`).
+    ``node_map`` entries win over :data:`FROM_NIR`.
+    """
+    merged = {**FROM_NIR, **(node_map or {})}
+    return nir_to_torch(graph_or_path, merged, dt=dt, device=device, dtype=dtype)

@@ -1,0 +1,352 @@
+"""snntorch 1.0 ⇄ NIR, exactly where NIR can express the model.
+
+snntorch's neurons are discrete: ``mem ← β·mem + x``. With the step ``dt`` (snntorch has
+none; :func:`to_nir` records 1e-4 unless told otherwise), forward Euler gives (checked
+spike for spike):
+
+=====================================================  ===============================
+snntorch                                               NIR
+=====================================================  ===============================
+``Leaky(β, threshold, reset_mechanism="zero")``        LIF(tau=dt/(1−β), r=tau/dt,
+                                                       v_leak=0, v_threshold, v_reset=0)
+``Leaky`` with β = 1                                   IF(r=1/dt, v_threshold, v_reset=0)
+``Synaptic(α, β, threshold, "zero", reset_delay=False)``  CubaLIF(tau_syn=dt/(1−α),
+                                                       tau_mem=dt/(1−β), r=tau_mem/dt,
+                                                       w_in=tau_syn/dt, v_leak=0, v_reset=0)
+``RLeaky`` / ``RSynaptic``                             a subgraph: input → LIF/CubaLIF ⇄
+                                                       w_rec (Affine, or Linear(diag V)
+                                                       for one-to-one), the recurrent
+                                                       edge carrying the previous step
+=====================================================  ===============================
+
+What NIR cannot express exports with a :class:`nirbridge.LossyConversionWarning` naming
+the module, the parameter and what changes: the subtractive reset (snntorch's default)
+and ``"none"``; ``reset_delay=True`` for Synaptic/RLeaky/RSynaptic (a one-step refractory
+period; for Leaky it changes only the reported membrane, not the spikes); graded spikes;
+inhibition; state quantisation; β or α of 1 among others below 1; a non-zero recurrent
+bias (snntorch adds it from the first step, NIR's recurrent edge starts at zero); and
+snntorch 1.0's RSynaptic, which applies its reset one step late whatever
+``reset_delay`` says.
+
+:func:`from_nir` builds modules whose LIF, IF and CubaLIF nodes run as snntorch
+``Leaky``/``Synaptic`` (:class:`SnntorchNeuron`, snntorch's surrogate gradients), with
+the input scaled and the membrane shifted so that ``r``, ``v_leak`` and ``v_reset``
+come out exact. Nodes snntorch has no neuron for (LI, CubaLI, I, and parameters it
+cannot hold, such as tau < dt or v_leak above threshold) use nirbridge's own modules.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import nir
+import numpy as np
+import torch
+from torch import nn
+
+from .. import trace
+from ..errors import LossyConversionWarning, NirBridgeError
+from ..interpret import DEFAULT_MAP, nir_to_torch
+from ._common import SimulatorNeuron, broadcast
+from ._optional import require
+
+snn = require("snntorch", "snntorch")
+
+__all__ = ["DEFAULT_DT", "FROM_NIR", "TO_NIR", "SnntorchNeuron", "from_nir", "to_nir"]
+
+DEFAULT_DT = 1e-4
+"""The time step snntorch's own exporter assumes, and :func:`to_nir`'s default."""
+
+
+# ----------------------------------------------------------------------------- snntorch → NIR
+
+
+def _lossy(module: nn.Module, name: str, message: str) -> None:
+    warnings.warn(f"{type(module).__name__}: {name} {message}", LossyConversionWarning, stacklevel=5)
+
+
+def _decay(module: nn.Module, name: str) -> torch.Tensor:
+    """β or α as snntorch uses it (clamped to [0, 1]), float64, with a warning where a
+    neuron that does not leak (1) sits among neurons that do."""
+    raw = torch.as_tensor(getattr(module, name)).detach().to(torch.float64).cpu()
+    value = raw.clamp(0, 1)
+    if bool((value != raw).any()):
+        _lossy(module, name, "has values outside [0, 1], which snntorch clamps; exported clamped")
+    ones = value == 1
+    if bool(ones.any()) and not bool(ones.all()):
+        _lossy(
+            module,
+            name,
+            "is 1 (no leak) for some neurons and below 1 for others; one NIR node cannot mix "
+            "both, so those neurons get 1 - 1e-9",
+        )
+        value = torch.where(ones, torch.full_like(value, 1 - 1e-9), value)
+    return value
+
+
+def _check_behaviour(module: nn.Module, refractory_delay: bool) -> None:
+    mechanism = module.reset_mechanism
+    if mechanism == "subtract":
+        _lossy(
+            module,
+            "reset_mechanism='subtract'",
+            "has no NIR form; NIR resets to v_reset, so the export resets to 0 and the "
+            "membrane after a spike differs (use reset_mechanism='zero' for an exact export)",
+        )
+    elif mechanism == "none":
+        _lossy(module, "reset_mechanism='none'", "has no NIR form; the export resets to 0 after a spike")
+    if refractory_delay and getattr(module, "reset_delay", False) and mechanism == "zero":
+        _lossy(
+            module,
+            "reset_delay=True",
+            "zeroes the whole membrane one step after a spike (a one-step refractory period); "
+            "NIR resets at once, so spikes right after a spike differ (use reset_delay=False)",
+        )
+    graded = torch.as_tensor(module.graded_spikes_factor)
+    if bool((graded != 1).any()):
+        _lossy(module, "graded_spikes_factor", "scales spikes, which NIR cannot express; exported as 1")
+    if module.inhibition:
+        _lossy(module, "inhibition=True", "lets only the strongest neuron spike; NIR has no inhibition")
+    if module.state_quant:
+        _lossy(module, "state_quant", "quantises the state; NIR computes it unquantised")
+
+
+def _threshold(module: nn.Module) -> torch.Tensor:
+    return torch.as_tensor(module.threshold).detach().to(torch.float64).cpu()
+
+
+def _leaky_node(module: nn.Module, dt: float) -> nir.NIRNode:
+    beta = _decay(module, "beta")
+    threshold = _threshold(module)
+    if bool((beta == 1).all()):
+        return nir.IF(**broadcast(r=1.0 / dt, v_threshold=threshold, v_reset=0.0))
+    tau = dt / (1 - beta)
+    return nir.LIF(**broadcast(tau=tau, r=1 / (1 - beta), v_leak=0.0, v_threshold=threshold, v_reset=0.0))
+
+
+def _synaptic_node(module: nn.Module, dt: float) -> nir.CubaLIF:
+    alpha, beta = _decay(module, "alpha"), _decay(module, "beta")
+    return nir.CubaLIF(
+        **broadcast(
+            tau_syn=dt / (1 - alpha),
+            tau_mem=dt / (1 - beta),
+            r=1 / (1 - beta),
+            v_leak=0.0,
+            v_threshold=_threshold(module),
+            v_reset=0.0,
+            w_in=1 / (1 - alpha),
+        )
+    )
+
+
+def leaky_to_nir(module: Any, dt: float = DEFAULT_DT) -> nir.NIRNode:
+    """``snntorch.Leaky`` as LIF (IF when β = 1)."""
+    _check_behaviour(module, refractory_delay=False)
+    return _leaky_node(module, dt)
+
+
+def synaptic_to_nir(module: Any, dt: float = DEFAULT_DT) -> nir.CubaLIF:
+    """``snntorch.Synaptic`` as CubaLIF."""
+    _check_behaviour(module, refractory_delay=True)
+    return _synaptic_node(module, dt)
+
+
+def _recurrent_graph(module: Any, neuron: nir.NIRNode) -> nir.NIRGraph:
+    recurrent = module.recurrent
+    if isinstance(recurrent, nn.Linear):
+        weight = recurrent.weight.detach().to(torch.float64).cpu().numpy().copy()
+        if recurrent.bias is None:
+            w_rec: nir.NIRNode = nir.Linear(weight=weight)
+        else:
+            bias = recurrent.bias.detach().to(torch.float64).cpu().numpy().copy()
+            if np.any(bias != 0):
+                _lossy(
+                    module,
+                    "recurrent.bias",
+                    "is added from the first step in snntorch (recurrent(0) = bias), but NIR's "
+                    "recurrent edge carries zero at the first step; the first step differs",
+                )
+            w_rec = nir.Affine(weight=weight, bias=bias)
+    elif hasattr(recurrent, "V"):
+        v = torch.as_tensor(recurrent.V).detach().to(torch.float64).cpu().numpy().reshape(-1)
+        w_rec = nir.Linear(weight=np.diag(v))
+    else:
+        raise NirBridgeError(
+            f"{type(module).__name__}: a {type(recurrent).__name__} recurrence (conv2d_channels) "
+            "has no converter; use all_to_all with linear_features, or V"
+        )
+    size = int(np.shape(w_rec.weight)[0])
+    nodes = {
+        "input": nir.Input(np.array([size])),
+        "lif": neuron,
+        "w_rec": w_rec,
+        "output": nir.Output(np.array([size])),
+    }
+    edges = [("input", "lif"), ("lif", "w_rec"), ("w_rec", "lif"), ("lif", "output")]
+    return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
+
+
+def rleaky_to_nir(module: Any, dt: float = DEFAULT_DT) -> nir.NIRGraph:
+    """``snntorch.RLeaky`` as input → LIF ⇄ w_rec → output."""
+    _check_behaviour(module, refractory_delay=True)
+    return _recurrent_graph(module, _leaky_node(module, dt))
+
+
+def rsynaptic_to_nir(module: Any, dt: float = DEFAULT_DT) -> nir.NIRGraph:
+    """``snntorch.RSynaptic`` as input → CubaLIF ⇄ w_rec → output."""
+    _check_behaviour(module, refractory_delay=False)
+    if module.reset_mechanism == "zero":
+        _lossy(
+            module,
+            "reset",
+            "is applied one step late by snntorch 1.0's RSynaptic whatever reset_delay says "
+            "(its reset_delay=False branch discards its result); NIR resets at once, so "
+            "spikes right after a spike differ",
+        )
+    return _recurrent_graph(module, _synaptic_node(module, dt))
+
+
+def is_stateful(module: nn.Module) -> bool:
+    """snntorch neurons return ``(spk, ...state)`` unless ``init_hidden=True`` (without
+    ``output=True``); nirbridge's rule holds for everything else."""
+    if isinstance(module, snn.SpikingNeuron):
+        return not module.init_hidden or bool(module.output)
+    return trace._is_stateful(module)
+
+
+# ----------------------------------------------------------------------------- NIR → snntorch
+
+
+class SnntorchNeuron(SimulatorNeuron):
+    """A NIR LIF, IF or CubaLIF node run by ``snntorch.Leaky``/``Synaptic``.
+
+    snntorch computes ``mem ← β·mem + x'`` (and ``syn ← α·syn + x'``) with a reset to
+    zero. With ``c = v_reset`` and ``u = v − c``, NIR's LIF is ``u ← β·u + x'`` with
+    ``β = 1 − dt/τ``, ``x' = (dt/τ)(r·x + v_leak − c)``, threshold ``v_threshold − c``
+    and ``u₀ = v_leak − c``; IF has ``β = 1``, ``x' = dt·r·x``; CubaLIF has
+    ``α = 1 − dt/τ_syn``, ``x' = (dt/τ_syn)(dt/τ_mem)(r·w_in·x + v_leak − c)``,
+    ``syn₀ = (dt/τ_mem)(v_leak − c)``. The state is snntorch's ``mem`` (and ``syn``).
+    """
+
+    def __init__(self, node: nir.NIRNode, dt: float) -> None:
+        super().__init__(node, dt)
+        if self.nir_type is nir.CubaLIF:
+            self.neuron = snn.Synaptic(alpha=0.5, beta=0.5, reset_mechanism="zero", reset_delay=False)
+        else:
+            self.neuron = snn.Leaky(beta=0.5, reset_mechanism="zero", reset_delay=False)
+        self._sync()
+
+    def _sync(self) -> None:
+        neuron = self.__dict__["_modules"].get("neuron")
+        if neuron is None:
+            return
+        shift = self.v_reset
+        if self.nir_type is nir.IF:
+            beta = torch.ones_like(self.r)
+        elif self.nir_type is nir.LIF:
+            beta = 1 - self.dt / self.tau
+        else:
+            beta = 1 - self.dt / self.tau_mem
+            neuron.alpha = 1 - self.dt / self.tau_syn
+        neuron.beta = beta
+        neuron.threshold = self.v_threshold - shift
+
+    def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        c = self.v_reset
+        if self.nir_type is nir.IF:
+            drive = x * (self.dt * self.r)
+        elif self.nir_type is nir.LIF:
+            drive = (self.dt / self.tau) * (self.r * x + self.v_leak - c)
+        else:
+            drive = (
+                (self.dt / self.tau_syn)
+                * (self.dt / self.tau_mem)
+                * (self.r * self.w_in * x + self.v_leak - c)
+            )
+        if state is None:
+            start = -c if self.nir_type is nir.IF else self.v_leak - c
+            mem = start.expand(drive.shape).clone()
+            if self.nir_type is nir.CubaLIF:
+                state = ((self.dt / self.tau_mem) * (self.v_leak - c)).expand(drive.shape).clone(), mem
+            else:
+                state = mem
+        if self.nir_type is nir.CubaLIF:
+            spk, syn, mem = self.neuron(drive, *state)
+            return spk.to(x.dtype), (syn, mem)
+        spk, mem = self.neuron(drive, state)
+        return spk.to(x.dtype), mem
+
+
+def _fits_snntorch(node: Any, dt: float) -> bool:
+    """Whether snntorch's neurons hold these parameters exactly: decays in [0, 1] and a
+    threshold above both the reset and the resting potential."""
+    threshold = np.asarray(node.v_threshold, np.float64)
+    reset = np.asarray(node.v_reset, np.float64)
+    if np.any(threshold <= reset):
+        return False
+    if isinstance(node, nir.IF):
+        return not np.any(reset > 0)
+    if np.any(np.asarray(node.v_leak, np.float64) > threshold):
+        return False
+    taus = [node.tau] if isinstance(node, nir.LIF) else [node.tau_mem, node.tau_syn]
+    return all(np.all(np.asarray(t, np.float64) >= dt) for t in taus)
+
+
+def _neuron_from_nir(node: nir.NIRNode, dt: float) -> nn.Module:
+    if _fits_snntorch(node, dt):
+        return SnntorchNeuron(node, dt)
+    return DEFAULT_MAP[type(node)](node, dt=dt)  # nirbridge's own module, exact
+
+
+TO_NIR: dict[Any, Any] = {
+    snn.Leaky: leaky_to_nir,
+    snn.Synaptic: synaptic_to_nir,
+    snn.RLeaky: rleaky_to_nir,
+    snn.RSynaptic: rsynaptic_to_nir,
+    SnntorchNeuron: trace.neuron_to_nir,
+}
+"""snntorch modules → NIR nodes; merged over :data:`nirbridge.trace.DEFAULT_MAP`."""
+
+FROM_NIR: dict[type, Callable[..., nn.Module]] = {
+    nir.LIF: _neuron_from_nir,
+    nir.IF: _neuron_from_nir,
+    nir.CubaLIF: _neuron_from_nir,
+}
+"""NIR nodes → snntorch neurons; other nodes use :data:`nirbridge.DEFAULT_MAP`."""
+
+
+def to_nir(
+    module: nn.Module,
+    example_input: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+    *,
+    dt: float = DEFAULT_DT,
+    module_map: Mapping[Any, Any] | None = None,
+) -> nir.NIRGraph:
+    """Export an snntorch model to NIR, recording ``dt`` (seconds per step) in
+    ``graph.metadata["dt"]``.
+
+    The model is written as snntorch users write one step: an ``nn.Sequential`` of
+    layers and neurons with ``init_hidden=True``, or a module whose ``forward`` threads
+    ``spk, mem = self.lif(x, mem)`` (state arguments with defaults are traced at them).
+    """
+    merged = {**trace.DEFAULT_MAP, **TO_NIR, **(module_map or {})}
+    return trace.export(module, merged, example_input=example_input, dt=dt, stateful=is_stateful)
+
+
+def from_nir(
+    graph_or_path: Any,
+    *,
+    dt: float | None = None,
+    node_map: Mapping[type, Callable[..., nn.Module]] | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> nn.Module:
+    """Build a module running a NIR graph with snntorch neurons: ``out, state = m(x, state)``.
+
+    ``dt`` defaults to ``graph.metadata["dt"]``, then 1e-4. ``node_map`` entries win
+    over :data:`FROM_NIR`.
+    """
+    merged = {**FROM_NIR, **(node_map or {})}
+    return nir_to_torch(graph_or_path, merged, dt=dt, device=device, dtype=dtype)

@@ -853,7 +853,19 @@ class _Exporter:
                 taken.add(name)
                 named[name] = sources(v, label)
         elif isinstance(value, (tuple, list)):
-            for i, v in enumerate(value):
+            # states returned beside the outputs (snntorch's `return spk2, mem1, mem2`) are
+            # the model's state, which the graph keeps itself
+            kept = [
+                v
+                for v in value
+                if not isinstance(values.get(v) if isinstance(v, fx.Node) else None, _StatePart)
+            ]
+            single = len(kept) == 1 and len(kept) < len(value)  # (spk, mem): one output
+            if single:
+                name = _unique("output", taken)
+                taken.add(name)
+                named[name] = sources(kept[0], name)
+            for i, v in enumerate(() if single else kept):
                 name = _unique(f"output_{i}", taken)
                 taken.add(name)
                 named[name] = sources(v, name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import warnings
 from types import ModuleType
 
 from ..errors import NirBridgeError
@@ -16,7 +17,10 @@ _INSTALL = {
 def require(module: str, package: str) -> ModuleType:
     """``importlib.import_module(module)``, or a :class:`NirBridgeError` with the install line."""
     try:
-        return importlib.import_module(module)
+        with warnings.catch_warnings():
+            # norse 1.1 uses torch.jit.script at import time, which torch 2.13 deprecates
+            warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", DeprecationWarning)
+            return importlib.import_module(module)
     except ImportError as error:
         raise NirBridgeError(
             f"nirbridge.adapters.{package} needs the {package} package, which cannot be imported "

@@ -1,0 +1,355 @@
+"""The norse and snntorch adapters: every (export, import) pair reproduces the source
+network spike for spike, checked against the source itself and against the independent
+numpy reference; the real Braille and CNN files agree across the three backends."""
+
+from __future__ import annotations
+
+import nir
+import norse.torch as nt
+import numpy as np
+import pytest
+import snntorch as snn
+import snntorch.utils
+import torch
+from torch import nn
+
+import nirbridge
+from nirbridge import neurons
+from nirbridge.adapters import norse as norse_adapter
+from nirbridge.adapters import snntorch as snntorch_adapter
+from tests.conftest import EXAMPLES, input_names
+from tests.reference import Reference
+
+STEPS = 300
+BATCH = 4
+
+
+@pytest.fixture(autouse=True)
+def float64_default():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    torch.manual_seed(0)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def t(values) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(values, dtype=np.float64))
+
+
+# ----------------------------------------------------------------------------- source networks
+
+
+class NirbridgeNet(nn.Module):
+    """Written with nirbridge's neurons; per-neuron parameters everywhere."""
+
+    def __init__(self, rng, dt=1e-4):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(5, 12), nn.Linear(12, 10), nn.Linear(10, 6)
+        self.lif = neurons.LIF(
+            tau=rng.uniform(3 * dt, 20 * dt, 12),
+            r=rng.uniform(5, 15, 12),
+            v_leak=rng.uniform(-0.1, 0.1, 12),
+            v_threshold=rng.uniform(0.5, 1.0, 12),
+            v_reset=rng.uniform(-0.2, 0.0, 12),
+            dt=dt,
+        )
+        self.cuba = neurons.CubaLIF(
+            tau_syn=rng.uniform(2 * dt, 8 * dt, 10),
+            tau_mem=rng.uniform(3 * dt, 20 * dt, 10),
+            r=rng.uniform(5, 15, 10),
+            v_leak=rng.uniform(-0.1, 0.1, 10),
+            v_threshold=rng.uniform(0.2, 0.5, 10),
+            v_reset=np.zeros(10),
+            w_in=rng.uniform(0.5, 2.0, 10),
+            dt=dt,
+        )
+        self.out = neurons.LIF(
+            tau=rng.uniform(3 * dt, 20 * dt, 6), r=rng.uniform(5, 15, 6), v_threshold=0.3, dt=dt
+        )
+
+    def forward(self, x, state=None):
+        state = state or {}
+        z, s1 = self.lif(self.fc1(x), state.get("lif"))
+        z, s2 = self.cuba(self.fc2(z), state.get("cuba"))
+        z, s3 = self.out(self.fc3(z), state.get("out"))
+        return z, {"lif": s1, "cuba": s2, "out": s3}
+
+
+def snntorch_net(rng):
+    """As snntorch users write one step: nn.Sequential, init_hidden=True."""
+    common = dict(reset_mechanism="zero", reset_delay=False, init_hidden=True)
+    return nn.Sequential(
+        nn.Linear(5, 12),
+        snn.Leaky(beta=t(rng.uniform(0.5, 0.95, 12)), threshold=t(rng.uniform(0.5, 1.0, 12)), **common),
+        nn.Linear(12, 10),
+        snn.Synaptic(
+            alpha=t(rng.uniform(0.5, 0.9, 10)), beta=t(rng.uniform(0.6, 0.95, 10)), threshold=0.4, **common
+        ),
+        nn.Linear(10, 6),
+        snn.Leaky(beta=0.9, threshold=t(rng.uniform(0.3, 0.6, 6)), **common),
+    )
+
+
+def snntorch_recurrent_net(rng):
+    """RLeaky, all-to-all (bias zero, so the first step is exact) and one-to-one."""
+    common = dict(reset_mechanism="zero", reset_delay=False, init_hidden=True)
+    rec = snn.RLeaky(beta=t(rng.uniform(0.6, 0.95, 12)), linear_features=12, threshold=0.6, **common)
+    with torch.no_grad():
+        rec.recurrent.bias.zero_()
+    diag = snn.RLeaky(beta=0.85, all_to_all=False, V=t(rng.uniform(-0.5, 0.5, 6)), threshold=0.4, **common)
+    return nn.Sequential(nn.Linear(5, 12), rec, nn.Linear(12, 6), diag)
+
+
+def norse_net(rng, dt=1e-3):
+    return nt.SequentialState(
+        nn.Linear(5, 12),
+        nt.LIFBoxCell(
+            nt.LIFBoxParameters(
+                tau_mem_inv=t(rng.uniform(50, 300, 12)),
+                v_leak=t(rng.uniform(-0.1, 0.1, 12)),
+                v_th=t(rng.uniform(0.1, 0.3, 12)),
+                v_reset=t(rng.uniform(-0.2, 0.0, 12)),
+            ),
+            dt=dt,
+        ),
+        nn.Linear(12, 10),
+        nt.LICell(
+            nt.LIParameters(
+                tau_syn_inv=t(rng.uniform(100, 300, 10)),
+                tau_mem_inv=t(rng.uniform(50, 200, 10)),
+                v_leak=t(np.zeros(10)),
+            ),
+            dt=dt,
+        ),
+        nn.Linear(10, 6),
+        nt.LIFCell(
+            nt.LIFParameters(
+                tau_syn_inv=t(rng.uniform(100, 300, 6)),
+                tau_mem_inv=t(rng.uniform(50, 200, 6)),
+                v_leak=t(np.zeros(6)),
+                v_th=t(rng.uniform(0.02, 0.1, 6)),
+                v_reset=t(np.zeros(6)),
+            ),
+            dt=dt,
+        ),
+    )
+
+
+def export(source: str, rng):
+    """(native step function, NIR graph) for a source simulator."""
+    if source == "nirbridge":
+        model = NirbridgeNet(rng)
+        return _stateful(model), nirbridge.torch_to_nir(model)
+    if source in ("snntorch", "snntorch_recurrent"):
+        model = snntorch_net(rng) if source == "snntorch" else snntorch_recurrent_net(rng)
+        graph = snntorch_adapter.to_nir(model)
+        model = model.float()  # snntorch's spikes are float32 whatever the input; it runs at float32
+        snntorch.utils.reset(model)
+        return (lambda x, _state: (model(x.float()), None)), graph
+    model = norse_net(rng)
+    return _stateful(model), norse_adapter.to_nir(model)
+
+
+def _stateful(model):
+    return lambda x, state: model(x, state)
+
+
+IMPORTERS = {
+    "nirbridge": lambda g: nirbridge.nir_to_torch(g, dtype=torch.float64),
+    "snntorch": lambda g: snntorch_adapter.from_nir(g, dtype=torch.float64),
+    "norse": lambda g: norse_adapter.from_nir(g, dtype=torch.float64),
+}
+SIMULATOR_MODULES = {
+    "nirbridge": (neurons.LIF, neurons.CubaLIF, neurons.LI, neurons.CubaLI, neurons.IF),
+    "snntorch": (snntorch_adapter.SnntorchNeuron,),
+    "norse": (norse_adapter.NorseNeuron,),
+}
+
+
+def run_side_by_side(graph, steps_fns, shape, steps=STEPS, seed=1, rate=0.6):
+    """Step the reference and every function; assert identical outputs; return the
+    number of output spikes."""
+    ref = Reference(graph, graph.metadata["dt"])
+    name = input_names(graph)[0]
+    rng = np.random.default_rng(seed)
+    states = dict.fromkeys(steps_fns)
+    spikes = 0
+    for step in range(steps):
+        x = (rng.uniform(0, 1, (BATCH, *shape)) < rate) * rng.uniform(0.5, 2.0, (BATCH, *shape))
+        expected = next(iter(ref.step({name: x}).values()))
+        for label, fn in steps_fns.items():
+            with torch.no_grad():
+                out, states[label] = fn(torch.from_numpy(x), states[label])
+            np.testing.assert_array_equal(
+                out.detach().double().numpy(), expected, err_msg=f"{label} at step {step}"
+            )
+        spikes += int(expected.sum())
+    return spikes
+
+
+@pytest.mark.parametrize("target", sorted(IMPORTERS))
+@pytest.mark.parametrize("source", ["nirbridge", "snntorch", "snntorch_recurrent", "norse"])
+def test_every_export_import_pair_reproduces_the_source_spike_for_spike(source, target):
+    native, graph = export(source, np.random.default_rng(7))
+    nir.NIRGraph(nodes=graph.nodes, edges=graph.edges, type_check=True)
+    imported = IMPORTERS[target](graph)
+    used = [m for m in imported.modules() if isinstance(m, SIMULATOR_MODULES[target])]
+    assert used, f"no {target} neuron modules in the imported module"
+    fns = {"source": native, "imported": lambda x, s: imported(x, s)}
+    assert run_side_by_side(graph, fns, (5,)) > 100
+
+
+# ----------------------------------------------------------------------------- real files
+
+
+REAL = {  # file: (input shape, dt); the sinabs CNN means dt = 1 (its IF neurons have r = 1)
+    "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir": ((12,), 1e-4),
+    "NIR__paper__02_cnn__cnn_sinabs.nir": ((2, 34, 34), 1.0),
+}
+FROM_NIR = {
+    "nirbridge": nirbridge.nir_to_torch,
+    "snntorch": snntorch_adapter.from_nir,
+    "norse": norse_adapter.from_nir,
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_files_give_identical_spikes_in_all_three_backends(name):
+    shape, dt = REAL[name]
+    graph = nirbridge.read(EXAMPLES / name)
+    graph.metadata["dt"] = dt
+    modules = {target: make(EXAMPLES / name, dt=dt, dtype=torch.float64) for target, make in FROM_NIR.items()}
+    for target, module in modules.items():
+        assert any(isinstance(m, SIMULATOR_MODULES[target]) for m in module.modules()), target
+    fns = {target: (lambda x, s, m=m: m(x, s)) for target, m in modules.items()}
+    steps = 100 if name.startswith("NIR__paper__03") else 12
+    assert run_side_by_side(graph, fns, shape, steps=steps, rate=0.3) > 0
+
+
+# ----------------------------------------------------------------------------- training
+
+
+@pytest.mark.parametrize("target", sorted(IMPORTERS))
+def test_bptt_through_50_steps_trains_an_imported_module(target):
+    _, graph = export("nirbridge", np.random.default_rng(3))
+    module = IMPORTERS[target](graph)
+    weights = [p for p in module.parameters() if p.ndim == 2]
+    before = [w.detach().clone() for w in weights]
+    optimiser = torch.optim.Adam(module.parameters(), lr=1e-2)
+    rng = np.random.default_rng(0)
+    state, loss = None, torch.zeros(())
+    for _ in range(50):
+        x = torch.from_numpy(rng.uniform(0, 2, (BATCH, 5)))
+        out, state = module(x, state)
+        loss = loss + ((out - 0.5) ** 2).mean()
+    loss.backward()
+    grads = [w.grad for w in weights]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert all(float(g.abs().sum()) > 0 for g in grads), "a surrogate gradient did not reach every layer"
+    optimiser.step()
+    assert all(not torch.equal(a, w) for a, w in zip(before, weights))
+
+
+# ----------------------------------------------------------------------------- what NIR cannot express
+
+
+@pytest.mark.parametrize(
+    "module, match",
+    [
+        (snn.Leaky(beta=0.9, init_hidden=True), r"Leaky: reset_mechanism='subtract' has no NIR form"),
+        (
+            snn.Synaptic(alpha=0.8, beta=0.9, reset_mechanism="zero", init_hidden=True),
+            r"Synaptic: reset_delay=True zeroes the whole membrane one step after a spike",
+        ),
+        (
+            snn.Leaky(beta=0.9, reset_mechanism="zero", graded_spikes_factor=2.0, init_hidden=True),
+            r"Leaky: graded_spikes_factor scales spikes",
+        ),
+        (
+            snn.RLeaky(
+                beta=0.9, linear_features=4, reset_mechanism="zero", reset_delay=False, init_hidden=True
+            ),
+            r"RLeaky: recurrent.bias is added from the first step",
+        ),
+        (
+            snn.Leaky(beta=t([0.5, 1.0, 0.9, 0.7]), reset_mechanism="zero", init_hidden=True),
+            r"Leaky: beta is 1 \(no leak\) for some neurons",
+        ),
+    ],
+)
+def test_what_nir_cannot_express_warns_naming_module_and_parameter(module, match):
+    model = nn.Sequential(nn.Linear(4, 4), module)
+    with pytest.warns(nirbridge.LossyConversionWarning, match=match):
+        snntorch_adapter.to_nir(model)
+
+
+def test_norse_iaf_with_a_nonzero_reset_warns_and_cells_must_agree_on_dt():
+    iaf = nt.IAFCell(nt.IAFParameters(v_th=t(1.0), v_reset=t(-0.5)), dt=1e-3)
+    with pytest.warns(nirbridge.LossyConversionWarning, match="IAFCell: norse starts v at v_reset"):
+        norse_adapter.to_nir(nt.SequentialState(nn.Linear(3, 3), iaf))
+    mixed = nt.SequentialState(
+        nn.Linear(3, 3), nt.LIFBoxCell(dt=1e-3), nn.Linear(3, 3), nt.LIFBoxCell(dt=1e-4)
+    )
+    with pytest.raises(nirbridge.ParameterError, match="different dt"):
+        norse_adapter.to_nir(mixed)
+
+
+def test_dt_is_recorded():
+    assert snntorch_adapter.to_nir(snntorch_net(np.random.default_rng(0))).metadata["dt"] == 1e-4
+    assert snntorch_adapter.to_nir(snntorch_net(np.random.default_rng(0)), dt=1e-3).metadata["dt"] == 1e-3
+    assert norse_adapter.to_nir(norse_net(np.random.default_rng(0))).metadata["dt"] == 1e-3
+
+
+def test_imported_modules_export_back_unchanged():
+    _, graph = export("nirbridge", np.random.default_rng(2))
+    for target in ("snntorch", "norse"):
+        module = IMPORTERS[target](graph)
+        back = (snntorch_adapter if target == "snntorch" else norse_adapter).to_nir(module)
+        for name in ("lif", "cuba", "out"):
+            for field in ("v_threshold", "v_reset", "r"):
+                np.testing.assert_array_equal(
+                    getattr(back.nodes[name], field),
+                    getattr(graph.nodes[name], field),
+                    err_msg=f"{target} {name}",
+                )
+
+
+class ExplicitMem(nn.Module):
+    """The other way snntorch users write a step: states passed and returned."""
+
+    def __init__(self, rng):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(5, 12), nn.Linear(12, 6)
+        self.lif1 = snn.Leaky(
+            beta=t(rng.uniform(0.5, 0.95, 12)), threshold=0.7, reset_mechanism="zero", reset_delay=False
+        )
+        self.lif2 = snn.Synaptic(
+            alpha=0.8,
+            beta=t(rng.uniform(0.6, 0.9, 6)),
+            threshold=0.4,
+            reset_mechanism="zero",
+            reset_delay=False,
+        )
+
+    def forward(self, x, mem1=None, syn2=None, mem2=None):
+        spk1, mem1 = self.lif1(self.fc1(x), mem1)
+        spk2, syn2, mem2 = self.lif2(self.fc2(spk1), syn2, mem2)
+        return spk2, mem1, syn2, mem2
+
+
+def test_snntorch_models_with_explicit_state_arguments():
+    model = ExplicitMem(np.random.default_rng(4))
+    graph = snntorch_adapter.to_nir(model)
+    assert list(graph.nodes) == ["x", "fc1", "lif1", "fc2", "lif2", "output"]
+    model = model.float()
+    zeros = lambda n: torch.zeros(BATCH, n, dtype=torch.float32)  # noqa: E731
+
+    def native(x, state):
+        mem1, syn2, mem2 = state or (zeros(12), zeros(6), zeros(6))
+        spk, mem1, syn2, mem2 = model(x.float(), mem1, syn2, mem2)
+        return spk, (mem1, syn2, mem2)
+
+    imported = snntorch_adapter.from_nir(graph, dtype=torch.float64)
+    fns = {"source": native, "snntorch": lambda x, s: imported(x, s)}
+    assert run_side_by_side(graph, fns, (5,)) > 50

@@ -101,6 +101,19 @@ def snntorch_recurrent_net(rng):
     return nn.Sequential(nn.Linear(5, 12), rec, nn.Linear(12, 6), diag)
 
 
+def snntorch_conv_net(rng):
+    """conv → Leaky → avg pool → flatten → linear → Leaky, on (2, 8, 8) inputs."""
+    common = dict(reset_mechanism="zero", reset_delay=False, init_hidden=True)
+    return nn.Sequential(
+        nn.Conv2d(2, 4, 3, padding=1),
+        snn.Leaky(beta=0.8, threshold=0.5, **common),
+        nn.AvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64, 6),
+        snn.Leaky(beta=t(rng.uniform(0.5, 0.95, 6)), threshold=0.3, **common),
+    )
+
+
 def norse_net(rng, dt=1e-3):
     return nt.SequentialState(
         nn.Linear(5, 12),
@@ -133,6 +146,12 @@ def norse_net(rng, dt=1e-3):
             ),
             dt=dt,
         ),
+        nn.Linear(6, 6),
+        nt.LIBoxCell(
+            nt.LIBoxParameters(tau_mem_inv=t(rng.uniform(100, 300, 6)), v_leak=t(np.zeros(6))), dt=dt
+        ),
+        nn.Linear(6, 6),
+        nt.IAFCell(nt.IAFParameters(v_th=t(rng.uniform(0.01, 0.05, 6)), v_reset=t(np.zeros(6))), dt=dt),
     )
 
 
@@ -141,9 +160,12 @@ def export(source: str, rng):
     if source == "nirbridge":
         model = NirbridgeNet(rng)
         return _stateful(model), nirbridge.torch_to_nir(model)
-    if source in ("snntorch", "snntorch_recurrent"):
-        model = snntorch_net(rng) if source == "snntorch" else snntorch_recurrent_net(rng)
-        graph = snntorch_adapter.to_nir(model)
+    if source.startswith("snntorch"):
+        model = {"snntorch": snntorch_net, "snntorch_recurrent": snntorch_recurrent_net}.get(
+            source, snntorch_conv_net
+        )(rng)
+        example = torch.zeros(1, *SHAPES.get(source, (5,)))
+        graph = snntorch_adapter.to_nir(model, example)
         model = model.float()  # snntorch's spikes are float32 whatever the input; it runs at float32
         snntorch.utils.reset(model)
         return (lambda x, _state: (model(x.float()), None)), graph
@@ -188,8 +210,11 @@ def run_side_by_side(graph, steps_fns, shape, steps=STEPS, seed=1, rate=0.6):
     return spikes
 
 
+SHAPES = {"snntorch_conv": (2, 8, 8)}
+
+
 @pytest.mark.parametrize("target", sorted(IMPORTERS))
-@pytest.mark.parametrize("source", ["nirbridge", "snntorch", "snntorch_recurrent", "norse"])
+@pytest.mark.parametrize("source", ["nirbridge", "snntorch", "snntorch_recurrent", "snntorch_conv", "norse"])
 def test_every_export_import_pair_reproduces_the_source_spike_for_spike(source, target):
     native, graph = export(source, np.random.default_rng(7))
     nir.NIRGraph(nodes=graph.nodes, edges=graph.edges, type_check=True)
@@ -197,7 +222,7 @@ def test_every_export_import_pair_reproduces_the_source_spike_for_spike(source, 
     used = [m for m in imported.modules() if isinstance(m, SIMULATOR_MODULES[target])]
     assert used, f"no {target} neuron modules in the imported module"
     fns = {"source": native, "imported": lambda x, s: imported(x, s)}
-    assert run_side_by_side(graph, fns, (5,)) > 100
+    assert run_side_by_side(graph, fns, SHAPES.get(source, (5,))) > 100
 
 
 # ----------------------------------------------------------------------------- real files
@@ -282,6 +307,18 @@ def test_what_nir_cannot_express_warns_naming_module_and_parameter(module, match
     model = nn.Sequential(nn.Linear(4, 4), module)
     with pytest.warns(nirbridge.LossyConversionWarning, match=match):
         snntorch_adapter.to_nir(model)
+
+
+def test_rsynaptic_exports_its_nir_form_and_says_snntorch_resets_late():
+    module = snn.RSynaptic(
+        alpha=0.8, beta=0.9, all_to_all=False, V=t([0.5, -0.2, 0.1]), reset_mechanism="zero", init_hidden=True
+    )
+    with pytest.warns(nirbridge.LossyConversionWarning, match="RSynaptic: reset is applied one step late"):
+        graph = snntorch_adapter.to_nir(nn.Sequential(nn.Linear(3, 3), module))
+    sub = graph.nodes["1"]
+    assert isinstance(sub, nir.NIRGraph) and isinstance(sub.nodes["lif"], nir.CubaLIF)
+    np.testing.assert_array_equal(sub.nodes["w_rec"].weight, np.diag([0.5, -0.2, 0.1]))
+    assert ("w_rec", "lif") in sub.edges
 
 
 def test_norse_iaf_with_a_nonzero_reset_warns_and_cells_must_agree_on_dt():

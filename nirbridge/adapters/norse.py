@@ -149,16 +149,18 @@ class NorseNeuron(SimulatorNeuron):
     def _sync(self) -> None:
         self.cell.p = self._parameters_for_norse()
         if self.nir_type in (nir.CubaLIF, nir.CubaLI):
-            self._scale = self.r * self.w_in * (self.dt / self.tau_syn)
+            scale = self.r * self.w_in * (self.dt / self.tau_syn)
         elif self.nir_type is nir.IF:
-            self._scale = self.r * self.dt
+            scale = self.r * self.dt
         else:
-            self._scale = self.r
+            scale = self.r
+        self._scale = None if bool((scale == 1).all()) else scale  # norse's own graphs: 1
 
     def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         if state is None and self.nir_type is nir.IF:
             state = nt.IAFFeedForwardState(v=x.new_zeros(torch.broadcast_shapes(x.shape, self.r.shape)))
-        return self.cell(x * self._scale, state)
+        # the cell's forward is called directly: hooks belong on this module, not on .cell
+        return self.cell.forward(x if self._scale is None else x * self._scale, state)
 
 
 def _neuron_from_nir(node: nir.NIRNode, dt: float) -> NorseNeuron:

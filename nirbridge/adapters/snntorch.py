@@ -227,56 +227,73 @@ class SnntorchNeuron(SimulatorNeuron):
     ``β = 1 − dt/τ``, ``x' = (dt/τ)(r·x + v_leak − c)``, threshold ``v_threshold − c``
     and ``u₀ = v_leak − c``; IF has ``β = 1``, ``x' = dt·r·x``; CubaLIF has
     ``α = 1 − dt/τ_syn``, ``x' = (dt/τ_syn)(dt/τ_mem)(r·w_in·x + v_leak − c)``,
-    ``syn₀ = (dt/τ_mem)(v_leak − c)``. The state is snntorch's ``mem`` (and ``syn``).
+    ``syn₀ = (dt/τ_mem)(v_leak − c)``. The state is snntorch's ``mem`` (and ``syn``),
+    set on the neuron before each call and read after it; the tensors passed in are
+    not modified. The neuron's ``forward`` is called directly, so forward hooks belong on
+    this module rather than on ``.neuron``.
     """
 
     def __init__(self, node: nir.NIRNode, dt: float) -> None:
         super().__init__(node, dt)
+        # init_hidden=True with the state set before each call and read after it: snntorch's
+        # own fast path (its explicit-state path costs ~50% more per call)
+        settings = dict(reset_mechanism="zero", reset_delay=False, init_hidden=True)
         if self.nir_type is nir.CubaLIF:
-            self.neuron = snn.Synaptic(alpha=0.5, beta=0.5, reset_mechanism="zero", reset_delay=False)
+            self.neuron = snn.Synaptic(alpha=0.5, beta=0.5, **settings)
         else:
-            self.neuron = snn.Leaky(beta=0.5, reset_mechanism="zero", reset_delay=False)
+            self.neuron = snn.Leaky(beta=0.5, **settings)
         self._sync()
 
     def _sync(self) -> None:
         neuron = self.__dict__["_modules"].get("neuron")
         if neuron is None:
             return
-        shift = self.v_reset
-        if self.nir_type is nir.IF:
-            beta = torch.ones_like(self.r)
-        elif self.nir_type is nir.LIF:
-            beta = 1 - self.dt / self.tau
-        else:
-            beta = 1 - self.dt / self.tau_mem
-            neuron.alpha = 1 - self.dt / self.tau_syn
-        neuron.beta = beta
-        neuron.threshold = self.v_threshold - shift
-
-    def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         c = self.v_reset
         if self.nir_type is nir.IF:
-            drive = x * (self.dt * self.r)
+            neuron.beta = torch.ones_like(self.r)
+            gain, offset, start = self.dt * self.r, torch.zeros_like(c), -c
         elif self.nir_type is nir.LIF:
-            drive = (self.dt / self.tau) * (self.r * x + self.v_leak - c)
+            leak = self.dt / self.tau
+            neuron.beta = 1 - leak
+            gain, offset, start = leak * self.r, leak * (self.v_leak - c), self.v_leak - c
         else:
-            drive = (
-                (self.dt / self.tau_syn)
-                * (self.dt / self.tau_mem)
-                * (self.r * self.w_in * x + self.v_leak - c)
+            syn, mem = self.dt / self.tau_syn, self.dt / self.tau_mem
+            neuron.alpha, neuron.beta = 1 - syn, 1 - mem
+            gain, offset, start = (
+                syn * mem * self.r * self.w_in,
+                syn * mem * (self.v_leak - c),
+                self.v_leak - c,
             )
+            self._syn_start = mem * (self.v_leak - c)
+        neuron.threshold = self.v_threshold - c
+        # the drive x' = gain·x + offset, with the common cases (1, 0) skipped
+        self._gain = None if bool((gain == 1).all()) else gain
+        self._offset = None if bool((offset == 0).all()) else offset
+        self._start = start
+
+    def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        if self._offset is not None:
+            drive = torch.addcmul(self._offset, x, self._gain) if self._gain is not None else x + self._offset
+        else:
+            drive = x * self._gain if self._gain is not None else x
         if state is None:
-            start = -c if self.nir_type is nir.IF else self.v_leak - c
-            mem = start.expand(drive.shape).clone()
+            mem = self._start.expand(drive.shape).clone()
             if self.nir_type is nir.CubaLIF:
-                state = ((self.dt / self.tau_mem) * (self.v_leak - c)).expand(drive.shape).clone(), mem
+                state = self._syn_start.expand(drive.shape).clone(), mem
             else:
                 state = mem
+        neuron = self.neuron
+        hidden = neuron._buffers  # snntorch keeps syn and mem as (non-persistent) buffers
         if self.nir_type is nir.CubaLIF:
-            spk, syn, mem = self.neuron(drive, *state)
-            return spk.to(x.dtype), (syn, mem)
-        spk, mem = self.neuron(drive, state)
-        return spk.to(x.dtype), mem
+            hidden["syn"], hidden["mem"] = state
+            spk = neuron.forward(drive)
+            new_state: Any = (hidden["syn"], hidden["mem"])
+        else:
+            hidden["mem"] = state
+            spk = neuron.forward(drive)
+            new_state = hidden["mem"]
+        # snntorch's spikes are float32 whatever the input
+        return (spk if spk.dtype == x.dtype else spk.to(x.dtype)), new_state
 
 
 def _fits_snntorch(node: Any, dt: float) -> bool:

@@ -1,0 +1,112 @@
+"""Native snntorch and norse against the same network imported by nirbridge, in one run.
+
+    python benchmarks/bench_simulators.py [--steps 500] [--repeats 7] [--batch 32]
+
+The network: 4 x (Linear 128 -> 128, spiking layer), batch 32, float32, CPU, one thread.
+snntorch: ``nn.Sequential`` of Linear and ``snn.Leaky(init_hidden=True, reset zero,
+no delay)``, stepped as snntorch users step it. norse: ``SequentialState`` of Linear and
+``LIFBoxCell``. Each is exported with its adapter's ``to_nir`` and imported back into
+the same simulator with ``from_nir`` (the imported module's neurons are that simulator's
+modules, threaded with explicit state), and into nirbridge's own modules with
+``nir_to_torch``. Figures are per-step latency, median of ``--repeats`` runs of
+``--steps`` steps. Target (issue 5): an imported module is not slower than the native one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import norse.torch as nt
+import snntorch as snn
+import snntorch.utils
+import torch
+from torch import nn
+
+import nirbridge
+from nirbridge.adapters import norse as norse_adapter
+from nirbridge.adapters import snntorch as snntorch_adapter
+
+WIDTH, LAYERS = 128, 4
+
+
+def snntorch_model() -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for _ in range(LAYERS):
+        layers += [
+            nn.Linear(WIDTH, WIDTH),
+            snn.Leaky(beta=0.9, threshold=0.5, reset_mechanism="zero", reset_delay=False, init_hidden=True),
+        ]
+    return nn.Sequential(*layers)
+
+
+def norse_model() -> nt.SequentialState:
+    layers: list[nn.Module] = []
+    for _ in range(LAYERS):
+        p = nt.LIFBoxParameters(tau_mem_inv=torch.tensor(100.0), v_th=torch.tensor(0.5))
+        layers += [nn.Linear(WIDTH, WIDTH), nt.LIFBoxCell(p, dt=1e-3)]
+    return nt.SequentialState(*layers)
+
+
+def per_step_us(step, inputs: torch.Tensor, repeats: int) -> float:
+    times = []
+    with torch.no_grad():
+        for _ in range(repeats):
+            state = None
+            step(inputs[0], None)  # warm-up
+            start = time.perf_counter()
+            for x in inputs:
+                state = step(x, state)
+            times.append((time.perf_counter() - start) / len(inputs) * 1e6)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--batch", type=int, default=32)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    inputs = torch.rand(args.steps, args.batch, WIDTH) * 2
+
+    snn_native = snntorch_model()
+    snn_graph = snntorch_adapter.to_nir(snn_native)
+    snn_imported = snntorch_adapter.from_nir(snn_graph)
+    snn_nirbridge = nirbridge.nir_to_torch(snn_graph)
+
+    def snn_native_step(x, state):
+        if state is None:
+            snntorch.utils.reset(snn_native)
+        return snn_native(x)
+
+    norse_native = norse_model()
+    norse_graph = norse_adapter.to_nir(norse_native)
+    norse_imported = norse_adapter.from_nir(norse_graph)
+    norse_nirbridge = nirbridge.nir_to_torch(norse_graph)
+
+    def stateful(module):
+        return lambda x, state: module(x, state)[1]
+
+    rows = [
+        ("snntorch native", per_step_us(snn_native_step, inputs, args.repeats)),
+        ("snntorch imported (snntorch)", per_step_us(stateful(snn_imported), inputs, args.repeats)),
+        ("snntorch imported (nirbridge)", per_step_us(stateful(snn_nirbridge), inputs, args.repeats)),
+        ("norse native", per_step_us(stateful(norse_native), inputs, args.repeats)),
+        ("norse imported (norse)", per_step_us(stateful(norse_imported), inputs, args.repeats)),
+        ("norse imported (nirbridge)", per_step_us(stateful(norse_nirbridge), inputs, args.repeats)),
+    ]
+    print(
+        f"per-step latency (us), {LAYERS} x {WIDTH} spiking layers, batch {args.batch}, float32, "
+        f"cpu, 1 thread, median of {args.repeats} x {args.steps} steps"
+    )
+    natives = {"snntorch": rows[0][1], "norse": rows[3][1]}
+    for label, us in rows:
+        native = natives[label.split()[0]]
+        print(f"  {label:<32} {us:8.1f}   ratio to native {us / native:5.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_interpret.py
 	$(PY) benchmarks/bench_io.py
 	$(PY) benchmarks/bench_trace.py
+	$(PY) benchmarks/bench_simulators.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check nirbridge tests benchmarks

@@ -231,6 +231,14 @@ def delayed_only(
     return total
 
 
+class _Retracer(fx.Tracer):
+    """The tracer fx uses to rebuild a pickled module from its code: nirbridge's state
+    helpers are recorded as calls instead of being run on proxies."""
+
+    def __init__(self) -> None:
+        super().__init__(autowrap_functions=(unpack_state, add_delayed, delayed_only))
+
+
 _RESERVED = frozenset(dir(fx.GraphModule)) | {"graph", "code", "meta", "training"}
 
 
@@ -387,6 +395,7 @@ def _build(
     }
     g.output((out_value, new_state))
     g.lint()
+    g._tracer_cls = _Retracer  # what pickle's reconstruction traces with
     gm = fx.GraphModule(root, g, class_name="NIRGraphModule")
     for child_name, child in root.named_children():
         setattr(gm, child_name, child)

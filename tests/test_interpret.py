@@ -513,6 +513,10 @@ def test_module_can_be_deep_copied_and_pickled(recurrent_gm):
     expected, _ = recurrent_gm(x)
     clone = copy.deepcopy(recurrent_gm)
     assert torch.equal(clone(x)[0], expected)
+    restored = pickle.loads(pickle.dumps(recurrent_gm))
+    out, state = restored(x)
+    assert torch.equal(out, expected)
+    assert torch.equal(restored(x, state)[0], recurrent_gm(x, state)[0])
 
 
 # ----------------------------------------------------------------------------- dtypes, devices, gradients

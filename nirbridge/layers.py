@@ -263,7 +263,7 @@ def conv_to_nir(module: torch.nn.Conv1d | torch.nn.Conv2d) -> nir.Conv1d | nir.C
     dims = module.weight.ndim - 2
     if module.padding_mode != "zeros":
         warnings.warn(
-            f"{type(module).__name__}: padding_mode={module.padding_mode!r} has no NIR form; "
+            f"padding_mode={module.padding_mode!r} has no NIR form; "
             "the exported convolution pads with zeros, so values near the border change",
             LossyConversionWarning,
             stacklevel=2,
@@ -319,7 +319,7 @@ def avgpool2d_to_nir(module: torch.nn.AvgPool2d) -> nir.AvgPool2d:
         lost.append(f"divisor_override={module.divisor_override} (NIR divides by the window size)")
     if lost:
         warnings.warn(
-            f"AvgPool2d: {'; '.join(lost)} cannot be expressed in NIR and is dropped",
+            f"{'; '.join(lost)} cannot be expressed in NIR and is dropped",
             LossyConversionWarning,
             stacklevel=2,
         )

@@ -44,6 +44,7 @@ from torch import nn
 
 from . import graph as graph_utils
 from . import layers, neurons
+from .adapters._common import SimulatorNeuron
 from .errors import (
     GraphStructureError,
     LossyConversionWarning,
@@ -147,6 +148,7 @@ DEFAULT_MAP: dict[Any, Any] = {
     neurons.CubaLI: neuron_to_nir,
     neurons.CubaLIF: neuron_to_nir,
     neurons.Delay: neuron_to_nir,
+    SimulatorNeuron: neuron_to_nir,  # snntorch and norse imports (nirbridge.adapters)
     fx.GraphModule: graph_module_to_nir,  # only those built by nir_to_torch
     torch.flatten: layers.flatten_function_to_nir,
     torch.Tensor.flatten: layers.flatten_function_to_nir,
@@ -338,9 +340,13 @@ def _call_handler(
         kwargs["module_map"] = the_map
     kind = type(obj).__name__ if isinstance(obj, nn.Module) else _callable_name(obj)
     try:
-        node = handler(obj, **kwargs) if isinstance(obj, nn.Module) else handler(*args, **kwargs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            node = handler(obj, **kwargs) if isinstance(obj, nn.Module) else handler(*args, **kwargs)
     except Exception as error:
         raise NodeConversionError(name, kind, error) from error
+    for warning in caught:  # name the layer, and point at the user's code
+        warnings.warn_explicit(f"{name!r} ({kind}): {warning.message}", warning.category, *_user_location())
     if not isinstance(node, nir.NIRNode):
         raise NodeConversionError(
             name, kind, TypeError(f"the converter returned {type(node).__name__}, not a nir.NIRNode")
@@ -472,6 +478,14 @@ class _Tracer(fx.Tracer):
 _LIBRARY_DIRS = tuple(
     os.path.dirname(m.__file__) + os.sep for m in (torch, sys.modules[__name__]) if m.__file__
 )
+
+
+def _user_location() -> tuple[str, int]:
+    """File and line of the first caller outside torch and nirbridge."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno
 
 
 def _user_frame() -> str:
@@ -738,6 +752,19 @@ class _Exporter:
         taken.add(name)
         pending.append(_Pending(name, module, handler, tensors[0].names))
         if self.is_stateful(module):
+            fixed = [
+                a
+                for a in (*node.args[1:], *node.kwargs.values())
+                if isinstance(a, fx.Node) and a.op == "get_attr"
+            ]
+            if fixed:
+                warnings.warn(
+                    f"module {where} is given a fixed state (a tensor made while tracing, as "
+                    "`mem = self.lif.init_leaky()` inside forward makes), so the model restarts "
+                    "from it at every call; the graph keeps the neuron's state from step to step",
+                    LossyConversionWarning,
+                    stacklevel=5,
+                )
             return _Stateful((name,), f"module {where}")
         return _Sources((name,))
 

@@ -4,6 +4,8 @@ numpy reference; the real Braille and CNN files agree across the three backends.
 
 from __future__ import annotations
 
+import copy
+
 import nir
 import norse.torch as nt
 import numpy as np
@@ -282,24 +284,24 @@ def test_bptt_through_50_steps_trains_an_imported_module(target):
 @pytest.mark.parametrize(
     "module, match",
     [
-        (snn.Leaky(beta=0.9, init_hidden=True), r"Leaky: reset_mechanism='subtract' has no NIR form"),
+        (snn.Leaky(beta=0.9, init_hidden=True), r"'1' \(Leaky\): reset_mechanism='subtract' has no NIR form"),
         (
             snn.Synaptic(alpha=0.8, beta=0.9, reset_mechanism="zero", init_hidden=True),
-            r"Synaptic: reset_delay=True zeroes the whole membrane one step after a spike",
+            r"'1' \(Synaptic\): reset_delay=True zeroes the whole membrane one step after a spike",
         ),
         (
             snn.Leaky(beta=0.9, reset_mechanism="zero", graded_spikes_factor=2.0, init_hidden=True),
-            r"Leaky: graded_spikes_factor scales spikes",
+            r"'1' \(Leaky\): graded_spikes_factor scales spikes",
         ),
         (
             snn.RLeaky(
                 beta=0.9, linear_features=4, reset_mechanism="zero", reset_delay=False, init_hidden=True
             ),
-            r"RLeaky: recurrent.bias is added from the first step",
+            r"'1' \(RLeaky\): recurrent.bias is added from the first step",
         ),
         (
             snn.Leaky(beta=t([0.5, 1.0, 0.9, 0.7]), reset_mechanism="zero", init_hidden=True),
-            r"Leaky: beta is 1 \(no leak\) for some neurons",
+            r"'1' \(Leaky\): beta is 1 \(no decay\) for some neurons",
         ),
     ],
 )
@@ -313,17 +315,19 @@ def test_rsynaptic_exports_its_nir_form_and_says_snntorch_resets_late():
     module = snn.RSynaptic(
         alpha=0.8, beta=0.9, all_to_all=False, V=t([0.5, -0.2, 0.1]), reset_mechanism="zero", init_hidden=True
     )
-    with pytest.warns(nirbridge.LossyConversionWarning, match="RSynaptic: reset is applied one step late"):
+    with pytest.warns(
+        nirbridge.LossyConversionWarning, match=r"'1' \(RSynaptic\): reset is applied one step late"
+    ):
         graph = snntorch_adapter.to_nir(nn.Sequential(nn.Linear(3, 3), module))
     sub = graph.nodes["1"]
     assert isinstance(sub, nir.NIRGraph) and isinstance(sub.nodes["lif"], nir.CubaLIF)
-    np.testing.assert_array_equal(sub.nodes["w_rec"].weight, np.diag([0.5, -0.2, 0.1]))
+    np.testing.assert_array_equal(sub.nodes["w_rec"].scale, [0.5, -0.2, 0.1])  # one-to-one
     assert ("w_rec", "lif") in sub.edges
 
 
 def test_norse_iaf_with_a_nonzero_reset_warns_and_cells_must_agree_on_dt():
     iaf = nt.IAFCell(nt.IAFParameters(v_th=t(1.0), v_reset=t(-0.5)), dt=1e-3)
-    with pytest.warns(nirbridge.LossyConversionWarning, match="IAFCell: norse starts v at v_reset"):
+    with pytest.warns(nirbridge.LossyConversionWarning, match=r"'1' \(IAFCell\): norse starts v at v_reset"):
         norse_adapter.to_nir(nt.SequentialState(nn.Linear(3, 3), iaf))
     mixed = nt.SequentialState(
         nn.Linear(3, 3), nt.LIFBoxCell(dt=1e-3), nn.Linear(3, 3), nt.LIFBoxCell(dt=1e-4)
@@ -390,3 +394,90 @@ def test_snntorch_models_with_explicit_state_arguments():
     imported = snntorch_adapter.from_nir(graph, dtype=torch.float64)
     fns = {"source": native, "snntorch": lambda x, s: imported(x, s)}
     assert run_side_by_side(graph, fns, (5,)) > 50
+
+
+# ----------------------------------------------------------------------------- found in review
+
+
+def test_a_decay_of_one_in_synaptic_warns_and_stays_finite():
+    layer = snn.Synaptic(alpha=1.0, beta=0.8, reset_mechanism="zero", reset_delay=False, init_hidden=True)
+    with pytest.warns(nirbridge.LossyConversionWarning, match=r"'1' \(Synaptic\): alpha is 1 \(no decay\)"):
+        graph = snntorch_adapter.to_nir(nn.Sequential(nn.Linear(3, 3), layer))
+    assert np.all(np.isfinite(graph.nodes["1"].tau_syn)) and np.all(np.isfinite(graph.nodes["1"].w_in))
+
+
+def test_lossy_warnings_name_the_layer_and_point_at_the_callers_line():
+    model = nn.Sequential(
+        nn.Linear(3, 3), snn.Leaky(beta=0.9, init_hidden=True), snn.Leaky(beta=0.8, init_hidden=True)
+    )
+    with pytest.warns(nirbridge.LossyConversionWarning) as caught:
+        snntorch_adapter.to_nir(model)
+    assert [str(w.message)[:12] for w in caught] == ["'1' (Leaky):", "'2' (Leaky):"]
+    assert all(w.filename == __file__ for w in caught)
+
+
+def test_snntorch_imports_fall_back_where_snntorch_would_differ():
+    node = nir.IF(r=np.array([1e4]), v_threshold=np.array([-0.2]), v_reset=np.array([-0.5]))
+    graph = nir.NIRGraph(
+        nodes={"i": nir.Input(np.array([1])), "n": node, "o": nir.Output(np.array([1]))},
+        edges=[("i", "n"), ("n", "o")],
+        type_check=False,
+    )
+    module = snntorch_adapter.from_nir(graph, dt=1e-4, dtype=torch.float64)
+    assert isinstance(module.n, neurons.IF)  # the start v = 0 is above threshold: snntorch would reset it
+    out, _ = module(torch.zeros(1, 1))
+    assert out.item() == 1.0
+
+
+def test_imports_agree_on_state_dicts_states_and_copies():
+    _, graph = export("nirbridge", np.random.default_rng(5))
+    modules = {target: make(graph) for target, make in IMPORTERS.items()}
+    keys = {target: sorted(m.state_dict()) for target, m in modules.items()}
+    assert keys["snntorch"] == keys["norse"] == keys["nirbridge"]
+    edited = {k: v * 1.7 if k.endswith("tau") else v for k, v in modules["nirbridge"].state_dict().items()}
+    for module in modules.values():
+        module.load_state_dict(edited)  # the simulators' own settings follow the loaded values
+    x = torch.rand(1, 5) * 3
+    first = {target: m(x) for target, m in modules.items()}
+    batch = torch.rand(BATCH, 5) * 3  # a batch-1 state continues on a batch of 4
+    outs = {target: m(batch, first[target][1])[0] for target, m in modules.items()}
+    assert torch.equal(outs["snntorch"], outs["nirbridge"]) and torch.equal(outs["norse"], outs["nirbridge"])
+    out, _ = modules["snntorch"](x)  # with autograd on
+    out.sum().backward()
+    copy_of = copy.deepcopy(modules["snntorch"])  # it holds no step's autograd graph
+    assert torch.equal(copy_of(x)[0], modules["snntorch"](x)[0])
+
+
+def test_one_to_one_recurrence_with_a_scalar_v_and_reset_state_inside_forward():
+    layer = snn.RLeaky(
+        beta=0.9, all_to_all=False, reset_mechanism="zero", reset_delay=False, init_hidden=True
+    )
+    graph = snntorch_adapter.to_nir(nn.Sequential(nn.Linear(4, 4), layer))
+    assert graph.nodes["1"].nodes["w_rec"].scale.shape == (4,)
+
+    class Restarting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.lif = (
+                nn.Linear(3, 3),
+                snn.Leaky(beta=0.9, reset_mechanism="zero", reset_delay=False),
+            )
+
+        def forward(self, x):
+            mem = self.lif.init_leaky()
+            spk, mem = self.lif(self.fc(x), mem)
+            return spk
+
+    with pytest.warns(nirbridge.LossyConversionWarning, match="module 'lif' is given a fixed state"):
+        snntorch_adapter.to_nir(Restarting())
+
+
+def test_imported_modules_export_through_any_map_with_their_dt():
+    _, graph = export("nirbridge", np.random.default_rng(6))
+    graph.metadata["dt"] = 1e-3
+    module = snntorch_adapter.from_nir(graph, dt=1e-3)
+    assert snntorch_adapter.to_nir(module).metadata["dt"] == 1e-3
+    again = nirbridge.torch_to_nir(norse_adapter.from_nir(graph))
+    assert [type(n).__name__ for n in again.nodes.values()] == [
+        type(n).__name__ for n in graph.nodes.values()
+    ]

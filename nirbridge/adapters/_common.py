@@ -47,6 +47,13 @@ class SimulatorNeuron(nn.Module):
     def _sync(self) -> None:
         raise NotImplementedError
 
+    def _step(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        """One time step: ``(output, new_state)``; ``state=None`` starts as NIR does."""
+        return self._step(x, state)
+
     def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> SimulatorNeuron:
         super()._apply(fn, recurse)
         self._sync()

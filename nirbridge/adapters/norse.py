@@ -94,10 +94,10 @@ def iaf_to_nir(cell: Any) -> nir.IF:
     p = cell.p
     if bool((torch.as_tensor(p.v_reset) != 0).any()):
         warnings.warn(
-            "IAFCell: norse starts v at v_reset, NIR's IF at 0; with a non-zero v_reset the "
+            "norse starts v at v_reset, NIR's IF at 0; with a non-zero v_reset the "
             "exported neurons start from 0 instead",
             LossyConversionWarning,
-            stacklevel=4,
+            stacklevel=2,
         )
     return nir.IF(**broadcast(r=1.0 / cell.dt, v_threshold=p.v_th, v_reset=p.v_reset))
 
@@ -156,11 +156,17 @@ class NorseNeuron(SimulatorNeuron):
             scale = self.r
         self._scale = None if bool((scale == 1).all()) else scale  # norse's own graphs: 1
 
-    def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
-        if state is None and self.nir_type is nir.IF:
-            state = nt.IAFFeedForwardState(v=x.new_zeros(torch.broadcast_shapes(x.shape, self.r.shape)))
-        # the cell's forward is called directly: hooks belong on this module, not on .cell
-        return self.cell.forward(x if self._scale is None else x * self._scale, state)
+    def _step(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        cell = self.cell
+        if self._scale is not None:
+            x = x * self._scale
+        if state is None:
+            if self.nir_type is nir.IF:
+                state = nt.IAFFeedForwardState(v=x.new_zeros(torch.broadcast_shapes(x.shape, self.r.shape)))
+            else:
+                state = cell.state_fallback(x)
+        # norse's step function, as the cell's forward would call it for dense input
+        return cell.activation(x, state, cell.p, cell.dt)
 
 
 def _neuron_from_nir(node: nir.NIRNode, dt: float) -> NorseNeuron:
@@ -173,7 +179,6 @@ TO_NIR: dict[Any, Any] = {
     nt.LIBoxCell: libox_to_nir,
     nt.LICell: li_to_nir,
     nt.IAFCell: iaf_to_nir,
-    NorseNeuron: trace.neuron_to_nir,
 }
 """norse modules → NIR nodes; merged over :data:`nirbridge.trace.DEFAULT_MAP`."""
 

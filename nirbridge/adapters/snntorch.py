@@ -64,23 +64,25 @@ DEFAULT_DT = 1e-4
 
 
 def _lossy(module: nn.Module, name: str, message: str) -> None:
-    warnings.warn(f"{type(module).__name__}: {name} {message}", LossyConversionWarning, stacklevel=5)
+    # the tracer adds the layer's name and type, and points at the user's call
+    warnings.warn(f"{name} {message}", LossyConversionWarning, stacklevel=3)
 
 
-def _decay(module: nn.Module, name: str) -> torch.Tensor:
-    """β or α as snntorch uses it (clamped to [0, 1]), float64, with a warning where a
-    neuron that does not leak (1) sits among neurons that do."""
+def _decay(module: nn.Module, name: str, all_ones_exact: bool) -> torch.Tensor:
+    """β or α as snntorch uses it (clamped to [0, 1]), float64. A decay of 1 (no leak)
+    has no finite NIR time constant: it becomes 1 - 1e-9 with a warning, unless every
+    neuron has it and the caller has an exact form for that (Leaky as IF)."""
     raw = torch.as_tensor(getattr(module, name)).detach().to(torch.float64).cpu()
     value = raw.clamp(0, 1)
     if bool((value != raw).any()):
         _lossy(module, name, "has values outside [0, 1], which snntorch clamps; exported clamped")
     ones = value == 1
-    if bool(ones.any()) and not bool(ones.all()):
+    if bool(ones.any()) and not (all_ones_exact and bool(ones.all())):
         _lossy(
             module,
             name,
-            "is 1 (no leak) for some neurons and below 1 for others; one NIR node cannot mix "
-            "both, so those neurons get 1 - 1e-9",
+            "is 1 (no decay) for some neurons; NIR time constants are finite, so those "
+            "neurons get 1 - 1e-9 (a time constant of 1e9 steps)",
         )
         value = torch.where(ones, torch.full_like(value, 1 - 1e-9), value)
     return value
@@ -118,7 +120,7 @@ def _threshold(module: nn.Module) -> torch.Tensor:
 
 
 def _leaky_node(module: nn.Module, dt: float) -> nir.NIRNode:
-    beta = _decay(module, "beta")
+    beta = _decay(module, "beta", all_ones_exact=True)
     threshold = _threshold(module)
     if bool((beta == 1).all()):
         return nir.IF(**broadcast(r=1.0 / dt, v_threshold=threshold, v_reset=0.0))
@@ -127,7 +129,7 @@ def _leaky_node(module: nn.Module, dt: float) -> nir.NIRNode:
 
 
 def _synaptic_node(module: nn.Module, dt: float) -> nir.CubaLIF:
-    alpha, beta = _decay(module, "alpha"), _decay(module, "beta")
+    alpha, beta = _decay(module, "alpha", False), _decay(module, "beta", False)
     return nir.CubaLIF(
         **broadcast(
             tau_syn=dt / (1 - alpha),
@@ -169,20 +171,20 @@ def _recurrent_graph(module: Any, neuron: nir.NIRNode) -> nir.NIRGraph:
                     "recurrent edge carries zero at the first step; the first step differs",
                 )
             w_rec = nir.Affine(weight=weight, bias=bias)
-    elif hasattr(recurrent, "V"):
-        v = torch.as_tensor(recurrent.V).detach().to(torch.float64).cpu().numpy().reshape(-1)
-        w_rec = nir.Linear(weight=np.diag(v))
+    elif hasattr(recurrent, "V"):  # one-to-one: V * spk
+        w_rec = nir.Scale(scale=torch.as_tensor(recurrent.V).detach().to(torch.float64).cpu().numpy().copy())
     else:
         raise NirBridgeError(
             f"{type(module).__name__}: a {type(recurrent).__name__} recurrence (conv2d_channels) "
             "has no converter; use all_to_all with linear_features, or V"
         )
-    size = int(np.shape(w_rec.weight)[0])
+    size = np.shape(w_rec.weight)[:1] if hasattr(w_rec, "weight") else np.shape(w_rec.scale)
+    shape = np.array(size) if size and size != (1,) else None  # else the tracer infers it
     nodes = {
-        "input": nir.Input(np.array([size])),
+        "input": nir.Input(shape),
         "lif": neuron,
         "w_rec": w_rec,
-        "output": nir.Output(np.array([size])),
+        "output": nir.Output(shape),
     }
     edges = [("input", "lif"), ("lif", "w_rec"), ("w_rec", "lif"), ("lif", "output")]
     return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
@@ -227,21 +229,23 @@ class SnntorchNeuron(SimulatorNeuron):
     ``β = 1 − dt/τ``, ``x' = (dt/τ)(r·x + v_leak − c)``, threshold ``v_threshold − c``
     and ``u₀ = v_leak − c``; IF has ``β = 1``, ``x' = dt·r·x``; CubaLIF has
     ``α = 1 − dt/τ_syn``, ``x' = (dt/τ_syn)(dt/τ_mem)(r·w_in·x + v_leak − c)``,
-    ``syn₀ = (dt/τ_mem)(v_leak − c)``. The state is snntorch's ``mem`` (and ``syn``),
-    set on the neuron before each call and read after it; the tensors passed in are
-    not modified. The neuron's ``forward`` is called directly, so forward hooks belong on
-    this module rather than on ``.neuron``.
+    ``syn₀ = (dt/τ_mem)(v_leak − c)``. The state is ``mem`` (and ``syn``) as snntorch
+    keeps it. Each step is snntorch's update for ``reset_mechanism="zero",
+    reset_delay=False`` with the neuron's own decays, threshold and ``fire()`` (its
+    surrogate gradient), written out so that the state is explicit and snntorch's
+    per-call bookkeeping is skipped; it gives bit-identical results.
     """
 
     def __init__(self, node: nir.NIRNode, dt: float) -> None:
         super().__init__(node, dt)
-        # init_hidden=True with the state set before each call and read after it: snntorch's
-        # own fast path (its explicit-state path costs ~50% more per call)
-        settings = dict(reset_mechanism="zero", reset_delay=False, init_hidden=True)
+        settings = dict(reset_mechanism="zero", reset_delay=False)
         if self.nir_type is nir.CubaLIF:
             self.neuron = snn.Synaptic(alpha=0.5, beta=0.5, **settings)
         else:
             self.neuron = snn.Leaky(beta=0.5, **settings)
+        # snntorch's settings are derived from the NIR buffers: keep them out of the state
+        # dict, so it holds NIR's parameters (as nirbridge's and norse's imports do)
+        self.neuron._non_persistent_buffers_set.update(self.neuron._buffers)
         self._sync()
 
     def _sync(self) -> None:
@@ -265,35 +269,37 @@ class SnntorchNeuron(SimulatorNeuron):
                 self.v_leak - c,
             )
             self._syn_start = mem * (self.v_leak - c)
+            self._alpha = neuron.alpha.clamp(0, 1)
         neuron.threshold = self.v_threshold - c
+        self._beta = neuron.beta.clamp(0, 1)  # as snntorch uses them (a no-op here)
         # the drive x' = gain·x + offset, with the common cases (1, 0) skipped
         self._gain = None if bool((gain == 1).all()) else gain
         self._offset = None if bool((offset == 0).all()) else offset
         self._start = start
 
-    def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+    def _step(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         if self._offset is not None:
             drive = torch.addcmul(self._offset, x, self._gain) if self._gain is not None else x + self._offset
         else:
             drive = x * self._gain if self._gain is not None else x
+        cuba = self.nir_type is nir.CubaLIF
         if state is None:
-            mem = self._start.expand(drive.shape).clone()
-            if self.nir_type is nir.CubaLIF:
-                state = self._syn_start.expand(drive.shape).clone(), mem
-            else:
-                state = mem
-        neuron = self.neuron
-        hidden = neuron._buffers  # snntorch keeps syn and mem as (non-persistent) buffers
-        if self.nir_type is nir.CubaLIF:
-            hidden["syn"], hidden["mem"] = state
-            spk = neuron.forward(drive)
-            new_state: Any = (hidden["syn"], hidden["mem"])
+            mem = self._start.expand(drive.shape)
+            state = (self._syn_start.expand(drive.shape), mem) if cuba else mem
+        # snntorch's own update for reset="zero", reset_delay=False, with the step it
+        # skips here left out: its pre-step reset, H(mem_prev - threshold), is always 0
+        # (the threshold is positive and a membrane above it was reset at once), so
+        # (1 - reset)·mem is mem. The spike is snntorch's fire(): its surrogate gradient.
+        if cuba:
+            syn = self._alpha * state[0] + drive
+            mem = self._beta * state[1] + syn
         else:
-            hidden["mem"] = state
-            spk = neuron.forward(drive)
-            new_state = hidden["mem"]
+            mem = self._beta * state + drive
+        spk = self.neuron.fire(mem)
+        mem = mem - spk * mem  # do_reset = spk / graded_spikes_factor (1) - reset (0)
         # snntorch's spikes are float32 whatever the input
-        return (spk if spk.dtype == x.dtype else spk.to(x.dtype)), new_state
+        spk = spk if spk.dtype == x.dtype else spk.to(x.dtype)
+        return spk, ((syn, mem) if cuba else mem)
 
 
 def _fits_snntorch(node: Any, dt: float) -> bool:
@@ -303,8 +309,8 @@ def _fits_snntorch(node: Any, dt: float) -> bool:
     reset = np.asarray(node.v_reset, np.float64)
     if np.any(threshold <= reset):
         return False
-    if isinstance(node, nir.IF):
-        return not np.any(reset > 0)
+    if isinstance(node, nir.IF):  # starts at v = 0, which must not be above threshold
+        return not np.any(threshold < 0)
     if np.any(np.asarray(node.v_leak, np.float64) > threshold):
         return False
     taus = [node.tau] if isinstance(node, nir.LIF) else [node.tau_mem, node.tau_syn]
@@ -322,7 +328,6 @@ TO_NIR: dict[Any, Any] = {
     snn.Synaptic: synaptic_to_nir,
     snn.RLeaky: rleaky_to_nir,
     snn.RSynaptic: rsynaptic_to_nir,
-    SnntorchNeuron: trace.neuron_to_nir,
 }
 """snntorch modules → NIR nodes; merged over :data:`nirbridge.trace.DEFAULT_MAP`."""
 
@@ -338,11 +343,12 @@ def to_nir(
     module: nn.Module,
     example_input: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
     *,
-    dt: float = DEFAULT_DT,
+    dt: float | None = None,
     module_map: Mapping[Any, Any] | None = None,
 ) -> nir.NIRGraph:
     """Export an snntorch model to NIR, recording ``dt`` (seconds per step) in
-    ``graph.metadata["dt"]``.
+    ``graph.metadata["dt"]``: the argument, else the ``dt`` of modules that have one
+    (modules imported by :func:`from_nir`), else :data:`DEFAULT_DT` (1e-4, snntorch's).
 
     The model is written as snntorch users write one step: an ``nn.Sequential`` of
     layers and neurons with ``init_hidden=True``, or a module whose ``forward`` threads

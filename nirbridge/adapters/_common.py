@@ -3,13 +3,15 @@ buffers and running it with a simulator's own neuron module."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import nir
 import numpy as np
 import torch
 from torch import nn
+
+from ..interpret import nir_to_torch
 
 
 def broadcast(**values: Any) -> dict[str, np.ndarray]:
@@ -69,3 +71,32 @@ class SimulatorNeuron(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.nir_type.__name__}, shape={tuple(self.r.shape)}, dt={self.dt:g}"
+
+
+def export(
+    module: nn.Module,
+    to_nir_map: Mapping[Any, Any],
+    module_map: Mapping[Any, Any] | None,
+    example_input: Any,
+    dt: float | None,
+    stateful: Callable[[nn.Module], bool] | None = None,
+) -> nir.NIRGraph:
+    """An adapter's ``to_nir``: its map over nirbridge's defaults, the user's on top."""
+    from .. import trace  # trace imports this module for SimulatorNeuron
+
+    merged = {**trace.DEFAULT_MAP, **to_nir_map, **(module_map or {})}
+    return trace.export(module, merged, example_input=example_input, dt=dt, stateful=stateful)
+
+
+def build(
+    graph_or_path: Any,
+    from_nir_map: Mapping[type, Callable[..., nn.Module]],
+    node_map: Mapping[type, Callable[..., nn.Module]] | None,
+    dt: float | None,
+    device: torch.device | str | None,
+    dtype: torch.dtype | None,
+) -> nn.Module:
+    """An adapter's ``from_nir``: :func:`nirbridge.nir_to_torch` with its map, the user's on top."""
+    return nir_to_torch(
+        graph_or_path, {**from_nir_map, **(node_map or {})}, dt=dt, device=device, dtype=dtype
+    )

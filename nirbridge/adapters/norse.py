@@ -35,10 +35,8 @@ import nir
 import torch
 from torch import nn
 
-from .. import trace
 from ..errors import LossyConversionWarning
-from ..interpret import nir_to_torch
-from ._common import SimulatorNeuron, broadcast
+from ._common import SimulatorNeuron, broadcast, build, export
 from ._optional import require
 
 nt = require("norse.torch", "norse")
@@ -209,8 +207,7 @@ def to_nir(
             own ``dt``, which must agree (norse's default is 1e-3).
         module_map: entries that win over :data:`TO_NIR` and nirbridge's defaults.
     """
-    merged = {**trace.DEFAULT_MAP, **TO_NIR, **(module_map or {})}
-    return trace.export(module, merged, example_input=example_input, dt=dt)
+    return export(module, TO_NIR, module_map, example_input, dt)
 
 
 def from_nir(
@@ -226,5 +223,4 @@ def from_nir(
     ``dt`` defaults to ``graph.metadata["dt"]``, then 1e-4 (as :func:`nirbridge.nir_to_torch`).
     ``node_map`` entries win over :data:`FROM_NIR`.
     """
-    merged = {**FROM_NIR, **(node_map or {})}
-    return nir_to_torch(graph_or_path, merged, dt=dt, device=device, dtype=dtype)
+    return build(graph_or_path, FROM_NIR, node_map, dt, device, dtype)

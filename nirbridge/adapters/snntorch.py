@@ -48,8 +48,8 @@ from torch import nn
 
 from .. import trace
 from ..errors import LossyConversionWarning, NirBridgeError
-from ..interpret import DEFAULT_MAP, nir_to_torch
-from ._common import SimulatorNeuron, broadcast
+from ..interpret import DEFAULT_MAP
+from ._common import SimulatorNeuron, broadcast, build, export
 from ._optional import require
 
 snn = require("snntorch", "snntorch")
@@ -354,8 +354,7 @@ def to_nir(
     layers and neurons with ``init_hidden=True``, or a module whose ``forward`` threads
     ``spk, mem = self.lif(x, mem)`` (state arguments with defaults are traced at them).
     """
-    merged = {**trace.DEFAULT_MAP, **TO_NIR, **(module_map or {})}
-    return trace.export(module, merged, example_input=example_input, dt=dt, stateful=is_stateful)
+    return export(module, TO_NIR, module_map, example_input, dt, is_stateful)
 
 
 def from_nir(
@@ -371,5 +370,4 @@ def from_nir(
     ``dt`` defaults to ``graph.metadata["dt"]``, then 1e-4. ``node_map`` entries win
     over :data:`FROM_NIR`.
     """
-    merged = {**FROM_NIR, **(node_map or {})}
-    return nir_to_torch(graph_or_path, merged, dt=dt, device=device, dtype=dtype)
+    return build(graph_or_path, FROM_NIR, node_map, dt, device, dtype)

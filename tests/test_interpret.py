@@ -745,3 +745,12 @@ def test_names_python_cannot_write_become_safe_module_paths_and_arguments(rng):
     out, _ = gm(torch.ones(1, 2, dtype=torch.float64))
     assert torch.equal(out, torch.full((1, 2), 2.0 * 3 * 4 * 5 * 6, dtype=torch.float64))
     assert len(set(gm.meta["nirbridge"]["module_paths"].values())) == len(odd)
+
+
+def test_replaced_submodules_are_used(rng):
+    graph = chain(nir.Scale(np.full(2, 2.0)), shape=[2])
+    gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    x = torch.ones(1, 2, dtype=torch.float64)
+    assert torch.equal(gm(x)[0], 2 * x)
+    gm.add_module("n0", nirbridge.layers.Scale(torch.full((2,), 3.0, dtype=torch.float64)))
+    assert torch.equal(gm(x)[0], 3 * x)  # the fast submodule lookup reads _modules live

@@ -9,7 +9,8 @@ no delay)``, stepped as snntorch users step it. norse: ``SequentialState`` of Li
 the same simulator with ``from_nir`` (the imported module's neurons are that simulator's
 modules, threaded with explicit state), and into nirbridge's own modules with
 ``nir_to_torch``. Figures are per-step latency, median of ``--repeats`` runs of
-``--steps`` steps. Target (issue 5): an imported module is not slower than the native one.
+``--steps`` steps, the variants taking turns within each repeat. Target (issue 5): an
+imported module is not slower than the native one.
 """
 
 from __future__ import annotations
@@ -49,23 +50,30 @@ def norse_model() -> nt.SequentialState:
     return nt.SequentialState(*layers)
 
 
-def per_step_us(step, inputs: torch.Tensor, repeats: int) -> float:
-    times = []
+def run_once(step, inputs: torch.Tensor) -> float:
     with torch.no_grad():
-        for _ in range(repeats):
-            state = None
-            step(inputs[0], None)  # warm-up
-            start = time.perf_counter()
-            for x in inputs:
-                state = step(x, state)
-            times.append((time.perf_counter() - start) / len(inputs) * 1e6)
-    return statistics.median(times)
+        step(inputs[0], None)  # warm-up, fresh state
+        state = None
+        start = time.perf_counter()
+        for x in inputs:
+            state = step(x, state)
+    return (time.perf_counter() - start) / len(inputs) * 1e6
+
+
+def per_step_us(steps: dict[str, object], inputs: torch.Tensor, repeats: int) -> dict[str, float]:
+    """Median per-step latency of each variant; the variants take turns within every
+    repeat, so that drift of the machine's speed affects them alike."""
+    times: dict[str, list[float]] = {label: [] for label in steps}
+    for _ in range(repeats):
+        for label, step in steps.items():
+            times[label].append(run_once(step, inputs))
+    return {label: statistics.median(values) for label, values in times.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--batch", type=int, default=32)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -90,14 +98,15 @@ def main() -> None:
     def stateful(module):
         return lambda x, state: module(x, state)[1]
 
-    rows = [
-        ("snntorch native", per_step_us(snn_native_step, inputs, args.repeats)),
-        ("snntorch imported (snntorch)", per_step_us(stateful(snn_imported), inputs, args.repeats)),
-        ("snntorch imported (nirbridge)", per_step_us(stateful(snn_nirbridge), inputs, args.repeats)),
-        ("norse native", per_step_us(stateful(norse_native), inputs, args.repeats)),
-        ("norse imported (norse)", per_step_us(stateful(norse_imported), inputs, args.repeats)),
-        ("norse imported (nirbridge)", per_step_us(stateful(norse_nirbridge), inputs, args.repeats)),
-    ]
+    steps = {
+        "snntorch native": snn_native_step,
+        "snntorch imported (snntorch)": stateful(snn_imported),
+        "snntorch imported (nirbridge)": stateful(snn_nirbridge),
+        "norse native": stateful(norse_native),
+        "norse imported (norse)": stateful(norse_imported),
+        "norse imported (nirbridge)": stateful(norse_nirbridge),
+    }
+    rows = list(per_step_us(steps, inputs, args.repeats).items())
     print(
         f"per-step latency (us), {LAYERS} x {WIDTH} spiking layers, batch {args.batch}, float32, "
         f"cpu, 1 thread, median of {args.repeats} x {args.steps} steps"

@@ -100,6 +100,13 @@ def iaf_to_nir(cell: Any) -> nir.IF:
     return nir.IF(**broadcast(r=1.0 / cell.dt, v_threshold=p.v_th, v_reset=p.v_reset))
 
 
+def _uniform_as_scalar(value: torch.Tensor) -> torch.Tensor:
+    """A parameter equal for every neuron as a 0-d tensor, as norse's own defaults are:
+    the same broadcast result, with cheaper arithmetic."""
+    flat = value.reshape(-1)
+    return flat[0].clone() if flat.numel() > 1 and bool((flat == flat[0]).all()) else value
+
+
 class NorseNeuron(SimulatorNeuron):
     """A norse cell running a NIR neuron node: ``out, state = m(x, state)``.
 
@@ -124,25 +131,29 @@ class NorseNeuron(SimulatorNeuron):
         self._sync()
 
     def _parameters_for_norse(self) -> Any:
+        c = _uniform_as_scalar
         if self.nir_type is nir.LIF:
             return nt.LIFBoxParameters(
-                tau_mem_inv=1.0 / self.tau, v_leak=self.v_leak, v_th=self.v_threshold, v_reset=self.v_reset
+                tau_mem_inv=c(1.0 / self.tau),
+                v_leak=c(self.v_leak),
+                v_th=c(self.v_threshold),
+                v_reset=c(self.v_reset),
             )
         if self.nir_type is nir.LI:
-            return nt.LIBoxParameters(tau_mem_inv=1.0 / self.tau, v_leak=self.v_leak)
+            return nt.LIBoxParameters(tau_mem_inv=c(1.0 / self.tau), v_leak=c(self.v_leak))
         if self.nir_type is nir.CubaLIF:
             return nt.LIFParameters(
-                tau_syn_inv=1.0 / self.tau_syn,
-                tau_mem_inv=1.0 / self.tau_mem,
-                v_leak=self.v_leak,
-                v_th=self.v_threshold,
-                v_reset=self.v_reset,
+                tau_syn_inv=c(1.0 / self.tau_syn),
+                tau_mem_inv=c(1.0 / self.tau_mem),
+                v_leak=c(self.v_leak),
+                v_th=c(self.v_threshold),
+                v_reset=c(self.v_reset),
             )
         if self.nir_type is nir.CubaLI:
             return nt.LIParameters(
-                tau_syn_inv=1.0 / self.tau_syn, tau_mem_inv=1.0 / self.tau_mem, v_leak=self.v_leak
+                tau_syn_inv=c(1.0 / self.tau_syn), tau_mem_inv=c(1.0 / self.tau_mem), v_leak=c(self.v_leak)
             )
-        return nt.IAFParameters(v_th=self.v_threshold, v_reset=self.v_reset)
+        return nt.IAFParameters(v_th=c(self.v_threshold), v_reset=c(self.v_reset))
 
     def _sync(self) -> None:
         self.cell.p = self._parameters_for_norse()

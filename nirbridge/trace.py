@@ -471,7 +471,8 @@ class _Tracer(fx.Tracer):
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
         node.meta["nirbridge_scope"] = self.scope.module_path
         if kind in ("call_function", "call_method"):
-            node.meta["nirbridge_source"] = _user_frame()
+            filename, line = _user_location()
+            node.meta["nirbridge_source"] = f"{os.path.basename(filename)}:{line}" if filename else ""
         return node
 
 
@@ -481,21 +482,15 @@ _LIBRARY_DIRS = tuple(
 
 
 def _user_location() -> tuple[str, int]:
-    """File and line of the first caller outside torch and nirbridge."""
+    """File and line of the innermost caller outside torch, nirbridge and generated
+    code; ``("", 0)`` when there is none."""
     frame = sys._getframe(1)
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
-        frame = frame.f_back
-    return frame.f_code.co_filename, frame.f_lineno
-
-
-def _user_frame() -> str:
-    frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_LIBRARY_DIRS) and not filename.startswith("<"):
-            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+            return filename, frame.f_lineno
         frame = frame.f_back
-    return ""
+    return "", 0
 
 
 # ----------------------------------------------------------------------------- export

@@ -425,6 +425,14 @@ class _Proxy(fx.Proxy):
         return self.tracer.iter(self)
 
 
+def _is_torch_layer(module: nn.Module) -> bool:
+    """One of torch's own layers (not a container): not traced into, and reported when
+    the map lacks it."""
+    return type(module).__module__.startswith("torch.nn") and not isinstance(
+        module, (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+    )
+
+
 class _Tracer(fx.Tracer):
     """An fx tracer whose leaves are the mapped module types and torch's built-in
     layers. Other modules are traced through; one whose ``forward`` cannot be traced
@@ -439,9 +447,7 @@ class _Tracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if _lookup_module(self.the_map, m) is not None or module_qualified_name in self.untraceable:
             return True
-        if isinstance(m, (nn.Sequential, nn.ModuleList, nn.ModuleDict, fx.GraphModule)):
-            return False
-        return type(m).__module__.startswith("torch.nn")
+        return _is_torch_layer(m)
 
     def call_module(self, m: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         path = self.path_of_module(m)
@@ -553,9 +559,7 @@ class _Exporter:
             return self._finish(graph, example_input, dt)
         if handler is not None:
             return self._single(module, example_input, dt)
-        if type(module).__module__.startswith("torch.nn") and not isinstance(
-            module, (nn.Sequential, nn.ModuleList, nn.ModuleDict)
-        ):
+        if _is_torch_layer(module):
             raise _unsupported({f"module {_key_name(type(module))}": ["the model itself"]}, self.the_map)
         return self._traced(module, example_input, dt)
 

@@ -3,7 +3,7 @@
 test_readwrite.py and test_architectures.py are copied from nir 1.0.8's source
 distribution (BSD-3-Clause, see LICENSE here) with three changes: ``from tests import``
 reads ``from tests.nir_upstream import``; test_deserialize opens the paper's files from
-../shared/nir-examples; and the two tests upstream marks ``skip("Not implemented")``
+tests/data/nir-examples; and the two tests upstream marks ``skip("Not implemented")``
 (test_conv1d, test_subgraph_multiple_input_output) are left out, since they exercise
 nir features nir itself lacks (broadcast type checks, dotted edges), not files.
 """

@@ -287,7 +287,7 @@ def test_avg_pool_2d():
 
 def test_deserialize():
     # Test reading the NIRGraphs from the paper
-    nir_base = EXAMPLES  # the paper's files, as stored in ../shared/nir-examples
+    nir_base = EXAMPLES  # the paper's files, as stored in tests/data/nir-examples
 
     nir_files = [
         "paper/03_rnn/braille_noDelay_noBias_subtract.nir",

@@ -481,3 +481,58 @@ def test_imported_modules_export_through_any_map_with_their_dt():
     assert [type(n).__name__ for n in again.nodes.values()] == [
         type(n).__name__ for n in graph.nodes.values()
     ]
+
+
+NORSE_NODES = {
+    nir.LIF: lambda n, leak, reset: nir.LIF(
+        tau=np.full(n, 5e-3), r=np.ones(n), v_leak=leak, v_threshold=np.linspace(0.3, 0.6, n), v_reset=reset
+    ),
+    nir.LI: lambda n, leak, reset: nir.LI(tau=np.linspace(2e-3, 9e-3, n), r=np.ones(n), v_leak=leak),
+    nir.CubaLIF: lambda n, leak, reset: nir.CubaLIF(
+        tau_syn=np.linspace(2e-3, 4e-3, n),
+        tau_mem=np.full(n, 6e-3),
+        r=np.linspace(0.5, 2.0, n),
+        v_leak=leak,
+        v_threshold=np.full(n, 0.4),
+        v_reset=reset,
+        w_in=np.full(n, 3.0),
+    ),
+    nir.CubaLI: lambda n, leak, reset: nir.CubaLI(
+        tau_syn=np.full(n, 3e-3),
+        tau_mem=np.linspace(4e-3, 8e-3, n),
+        r=np.ones(n),
+        v_leak=leak,
+        w_in=np.ones(n),
+    ),
+    nir.IF: lambda n, leak, reset: nir.IF(r=np.full(n, 1e3), v_threshold=np.full(n, 0.5), v_reset=reset),
+}
+
+
+@pytest.mark.parametrize("zero", [True, False], ids=["zero leak and reset", "per-neuron leak and reset"])
+@pytest.mark.parametrize("node_type", list(NORSE_NODES), ids=lambda t: t.__name__)
+def test_norse_neurons_step_as_the_norse_cells_do_bit_for_bit(node_type, zero):
+    n, dt = 6, 1e-3
+    leak, reset = (
+        (np.zeros(n), np.zeros(n)) if zero else (np.linspace(-0.1, 0.1, n), np.linspace(-0.2, 0.1, n))
+    )
+    neuron = norse_adapter.NorseNeuron(NORSE_NODES[node_type](n, leak, reset), dt)
+    cell = neuron.cell
+    scale = 1.0 if neuron._scale is None else neuron._scale
+    inputs = (torch.rand(40, BATCH, n) * 2).requires_grad_()
+    _, start = neuron(torch.rand(BATCH, n))  # both continue from one state
+    ours, theirs = (None, start), (None, start)
+    outs, norse_outs = [], []
+    for x in inputs:
+        ours = neuron(x, ours[1])
+        theirs = cell.activation(x * scale, theirs[1], cell.p, cell.dt)
+        assert all(torch.equal(a, b) for a, b in zip(ours[1], theirs[1], strict=True))
+        outs.append(ours[0])
+        norse_outs.append(theirs[0])
+    outs, norse_outs = torch.stack(outs), torch.stack(norse_outs)
+    assert torch.equal(outs, norse_outs)
+    if node_type not in (nir.LI, nir.CubaLI):
+        assert 0 < outs.mean() < 1  # spikes, not silence
+    weights = torch.rand_like(outs)
+    grad = torch.autograd.grad((outs * weights).sum(), inputs)[0]
+    norse_grad = torch.autograd.grad((norse_outs * weights).sum(), inputs)[0]
+    assert grad.abs().sum() > 0 and torch.equal(grad, norse_grad)

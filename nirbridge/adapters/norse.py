@@ -20,7 +20,7 @@ norse           NIR
 :func:`to_nir` traces a norse model (``SequentialState`` or a module calling cells as
 ``out, s = cell(x, s)``) with :func:`nirbridge.torch_to_nir`; the graph's dt is the
 cells' (they must agree). :func:`from_nir` builds a module whose neurons are norse cells
-(:class:`NorseNeuron`), so norse's step functions and surrogate gradients run, with the
+(:class:`NorseNeuron`), so norse's step equations and surrogate gradients run, with the
 NIR parameters that norse lacks (``r``, ``w_in``, a CubaLIF's scale) folded into the
 cell's input. NIR nodes norse has no cell for use nirbridge's own modules.
 """
@@ -40,6 +40,7 @@ from ._common import SimulatorNeuron, broadcast, build, export
 from ._optional import require
 
 nt = require("norse.torch", "norse")
+threshold = require("norse.torch.functional.threshold", "norse").threshold
 
 __all__ = ["FROM_NIR", "TO_NIR", "NorseNeuron", "from_nir", "to_nir"]
 
@@ -115,6 +116,12 @@ class NorseNeuron(SimulatorNeuron):
     for LIF/LI, ``dt·r`` for IF (norse's IAF adds its input unscaled), and
     ``r·w_in·dt/tau_syn`` for CubaLIF/CubaLI, whose norse current is then ``r`` times
     NIR's ``i``. NIR's IF starts at v = 0, norse's at v_reset: the first state is given.
+
+    Each step is the norse cell's own step function with norse's threshold and
+    surrogate gradient, term for term, except that the constant ``dt·tau_inv`` is
+    computed once rather than at every step and terms that add ``v_leak = 0`` or
+    ``z·v_reset = 0`` are left out; outputs, states and gradients are those of
+    ``cell.activation`` (tested bit for bit).
     """
 
     _CELLS: ClassVar[dict[type, str]] = {
@@ -156,7 +163,8 @@ class NorseNeuron(SimulatorNeuron):
         return nt.IAFParameters(v_th=c(self.v_threshold), v_reset=c(self.v_reset))
 
     def _sync(self) -> None:
-        self.cell.p = self._parameters_for_norse()
+        cell = self.cell
+        cell.p = p = self._parameters_for_norse()
         if self.nir_type in (nir.CubaLIF, nir.CubaLI):
             scale = self.r * self.w_in * (self.dt / self.tau_syn)
         elif self.nir_type is nir.IF:
@@ -164,18 +172,88 @@ class NorseNeuron(SimulatorNeuron):
         else:
             scale = self.r
         self._scale = None if bool((scale == 1).all()) else scale  # norse's own graphs: 1
+        # norse's step functions compute these products of constants at every step
+        if self.nir_type is not nir.IF:
+            self._dt_tau_mem_inv = cell.dt * p.tau_mem_inv
+        if self.nir_type in (nir.CubaLIF, nir.CubaLI):
+            self._minus_dt_tau_syn_inv = -cell.dt * p.tau_syn_inv
+        self._v_leak = None if self.nir_type is nir.IF or _all_zero(p.v_leak) else p.v_leak
+        self._v_reset = None if self.nir_type in (nir.LI, nir.CubaLI) or _all_zero(p.v_reset) else p.v_reset
 
     def _step(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
-        cell = self.cell
         if self._scale is not None:
             x = x * self._scale
         if state is None:
             if self.nir_type is nir.IF:
                 state = nt.IAFFeedForwardState(v=x.new_zeros(torch.broadcast_shapes(x.shape, self.r.shape)))
             else:
-                state = cell.state_fallback(x)
-        # norse's step function, as the cell's forward would call it for dense input
-        return cell.activation(x, state, cell.p, cell.dt)
+                state = self.cell.state_fallback(x)
+        return self._UPDATES[self.nir_type](self, x, state)
+
+    # The updates below are norse 1.1's step functions for dense input
+    # (lif_box_feed_forward_step, li_box_feed_forward_step, lif_feed_forward_step,
+    # li_feed_forward_step, iaf_feed_forward_step) term for term, with norse's
+    # threshold and surrogate, and with two changes that leave every value unchanged:
+    # dt·tau_inv is computed once in _sync, and terms with v_leak = 0 or v_reset = 0
+    # are left out (x + 0 and z·0 are exact).
+
+    def _leak_minus(self, v: torch.Tensor) -> torch.Tensor | None:
+        return None if self._v_leak is None else self._v_leak - v
+
+    def _reset(self, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self._v_reset is None:
+            return (1 - z) * v
+        return (1 - z) * v + z * self._v_reset
+
+    def _spike(self, v: torch.Tensor) -> torch.Tensor:
+        p = self.cell.p
+        return threshold(v - p.v_th, p.method, p.alpha)
+
+    def _lif_box(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        v = state.v
+        drive = x - v if self._v_leak is None else x + self._v_leak - v
+        v_decayed = v + self._dt_tau_mem_inv * drive
+        z = self._spike(v_decayed)
+        return z, nt.LIFBoxFeedForwardState(v=self._reset(z, v_decayed))
+
+    def _li_box(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        v = state.v
+        leak = self._leak_minus(v)
+        v_new = v + self._dt_tau_mem_inv * (x - v if leak is None else leak + x)
+        return v_new, nt.LIBoxState(v_new)
+
+    def _lif(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        v = state.v
+        i = state.i + x
+        leak = self._leak_minus(v)
+        v_decayed = v + self._dt_tau_mem_inv * (i - v if leak is None else leak + i)
+        i_decayed = i + self._minus_dt_tau_syn_inv * i
+        z = self._spike(v_decayed)
+        return z, nt.LIFFeedForwardState(v=self._reset(z, v_decayed), i=i_decayed)
+
+    def _li(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        v = state.v
+        i = state.i + x
+        leak = self._leak_minus(v)
+        v_new = v + self._dt_tau_mem_inv * (i - v if leak is None else leak + i)
+        return v_new, nt.LIState(v_new, i + self._minus_dt_tau_syn_inv * i)
+
+    def _iaf(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        v = state.v + x
+        z = self._spike(v)
+        return z, nt.IAFFeedForwardState(v=self._reset(z, v))
+
+    _UPDATES: ClassVar[dict[type, Callable[..., tuple[torch.Tensor, Any]]]] = {
+        nir.LIF: _lif_box,
+        nir.LI: _li_box,
+        nir.CubaLIF: _lif,
+        nir.CubaLI: _li,
+        nir.IF: _iaf,
+    }
+
+
+def _all_zero(value: torch.Tensor) -> bool:
+    return not bool(torch.as_tensor(value).any())
 
 
 def _neuron_from_nir(node: nir.NIRNode, dt: float) -> NorseNeuron:

@@ -23,6 +23,7 @@ from .errors import RepairWarning as RepairWarning
 from .errors import ShapeMismatchError as ShapeMismatchError
 from .errors import TraceError as TraceError
 from .errors import UnknownNodeTypeError as UnknownNodeTypeError
+from .errors import UnsupportedImplementationError as UnsupportedImplementationError
 from .errors import UnsupportedModuleError as UnsupportedModuleError
 from .errors import UnsupportedNodeError as UnsupportedNodeError
 from .interpret import DEFAULT_MAP as DEFAULT_MAP
@@ -51,6 +52,7 @@ __all__ = [
     "StateError",
     "TraceError",
     "UnknownNodeTypeError",
+    "UnsupportedImplementationError",
     "UnsupportedModuleError",
     "UnsupportedNodeError",
     "__version__",

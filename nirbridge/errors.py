@@ -71,6 +71,25 @@ class UnsupportedModuleError(NirBridgeError):
         self.offenders = offenders
 
 
+class UnsupportedImplementationError(NirBridgeError):
+    """The elasticai.creator IR holds implementation types with no NIR converter.
+
+    ``offenders`` maps each type to the IR nodes that use it.
+    """
+
+    def __init__(self, offenders: dict[str, list[str]], supported: Iterable[str]) -> None:
+        lines = [f"  {kind}: {', '.join(nodes)}" for kind, nodes in offenders.items()]
+        first = next(iter(offenders))
+        super().__init__(
+            f"the IR holds {len(offenders)} type(s) NIR cannot express (type: nodes):\n"
+            + "\n".join(lines)
+            + f"\nSupported: {', '.join(supported)}, and every NIR node type by its class name."
+            + f"\nFix: pass type_map={{{first!r}: fn}} where fn(attributes, parameters) returns a "
+            "nir.NIRNode, or remove these layers from the model."
+        )
+        self.offenders = offenders
+
+
 class TraceError(NirBridgeError):
     """torch.fx could not trace a module's ``forward`` (data-dependent control flow,
     calls fx cannot follow); the message names the module and the cause."""

@@ -261,7 +261,7 @@ def _module_path(name: str) -> str:
         # fx writes non-identifier names into generated code as getattr(self, "...")
         cleaned = "".join("_" if c in '"\\' or not c.isprintable() else c for c in segment)
         fixed = cleaned
-        while fixed in _RESERVED or fixed.startswith("_") or keyword.iskeyword(fixed):
+        while fixed in _RESERVED or _private(fixed) or keyword.iskeyword(fixed):
             fixed = f"{fixed}_" if not fixed.startswith("_") else f"n{fixed}"
         if fixed != segment:
             why = (
@@ -278,6 +278,12 @@ def _module_path(name: str) -> str:
             )
         segments.append(fixed)
     return ".".join(segments)
+
+
+def _private(name: str) -> bool:
+    """A name torch modules may use for their own attributes: ``_`` then a letter.
+    fx's names for numbered submodules (``_0``, the ``0`` of a Sequential) are safe."""
+    return name.startswith("_") and not name.lstrip("_")[:1].isdigit()
 
 
 def _install(root: torch.nn.Module, path: str, module: torch.nn.Module) -> None:

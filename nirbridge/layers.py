@@ -260,35 +260,65 @@ def conv_to_nir(module: torch.nn.Conv1d | torch.nn.Conv2d) -> nir.Conv1d | nir.C
     Padding modes other than zeros have no NIR form: they are exported as zero padding
     with a :class:`LossyConversionWarning`.
     """
-    dims = module.weight.ndim - 2
-    if module.padding_mode != "zeros":
+    return conv_node(
+        _array(module.weight),
+        _array(module.bias) if module.bias is not None else None,
+        stride=module.stride,
+        padding=module.padding,
+        dilation=module.dilation,
+        groups=module.groups,
+        padding_mode=module.padding_mode,
+    )
+
+
+def conv_node(
+    weight: np.ndarray,
+    bias: np.ndarray | None,
+    *,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    padding_mode: str = "zeros",
+) -> nir.Conv1d | nir.Conv2d:
+    """A NIR Conv1d/Conv2d (by ``weight.ndim``) from torch's convolution arguments.
+
+    ``bias=None`` becomes zeros (NIR convolutions always carry one); ``padding='valid'``
+    and an even ``'same'`` become integers; ``input_shape`` is left for shape inference.
+    """
+    dims = weight.ndim - 2
+    node_type = f"Conv{dims}d"
+    if dims not in (1, 2):
+        raise ParameterError(
+            f"{node_type}: weight must be 3-D or 4-D (C_out, C_in/groups, kernel...), "
+            f"got shape {weight.shape}"
+        )
+    if padding_mode != "zeros":
         warnings.warn(
-            f"padding_mode={module.padding_mode!r} has no NIR form; "
+            f"padding_mode={padding_mode!r} has no NIR form; "
             "the exported convolution pads with zeros, so values near the border change",
             LossyConversionWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    padding: str | np.ndarray
-    if isinstance(module.padding, str):
-        padding = module.padding
-        if padding == "valid":
-            padding = np.zeros(dims, dtype=np.int64)
-        else:
-            totals = [d * (k - 1) for d, k in zip(module.dilation, module.kernel_size)]
-            if all(t % 2 == 0 for t in totals):
-                padding = np.array([t // 2 for t in totals], dtype=np.int64)
-    else:
-        padding = np.array(module.padding, dtype=np.int64)
-    weight = _array(module.weight)
-    bias = _array(module.bias) if module.bias is not None else np.zeros(weight.shape[0], weight.dtype)
+    strides = ints(stride, dims, "stride", node_type)
+    dilations = ints(dilation, dims, "dilation", node_type)
+    pads: str | tuple[int, ...] = _padding(padding, dims, node_type)
+    if pads == "valid":
+        pads = (0,) * dims
+    elif pads == "same":
+        totals = [d * (k - 1) for d, k in zip(dilations, weight.shape[2:])]
+        if all(t % 2 == 0 for t in totals):
+            pads = tuple(t // 2 for t in totals)
+    if bias is None:
+        bias = np.zeros(weight.shape[0], weight.dtype)
     cls = nir.Conv1d if dims == 1 else nir.Conv2d
     return cls(
         input_shape=None,
         weight=weight,
-        stride=np.array(module.stride, dtype=np.int64) if dims == 2 else int(module.stride[0]),
-        padding=padding if dims == 2 or isinstance(padding, str) else int(padding[0]),
-        dilation=np.array(module.dilation, dtype=np.int64) if dims == 2 else int(module.dilation[0]),
-        groups=int(module.groups),
+        stride=np.array(strides, dtype=np.int64) if dims == 2 else strides[0],
+        padding=pads if isinstance(pads, str) else np.array(pads, dtype=np.int64) if dims == 2 else pads[0],
+        dilation=np.array(dilations, dtype=np.int64) if dims == 2 else dilations[0],
+        groups=int(groups),
         bias=bias,
     )
 

@@ -1,0 +1,1106 @@
+"""elasticai.creator IR ⇄ NIR, stored as ``.nir`` HDF5.
+
+elasticai.creator describes a network as a dict of *implementations*: one of type
+``"module"`` (the root, named ``""``) holds ``nodes`` (``{name: {"type",
+"implementation"}}``) and ``edges`` (``{src: {dst: {}}}``); every other implementation
+holds one submodule's hyperparameters. Its IR carries no weights and no shapes: the
+weights are a ``state_dict`` keyed ``"<implementation>.<field>"`` and shapes follow from
+the input shape.
+
+==============================  ==========================================================
+elasticai type                  NIR node
+==============================  ==========================================================
+``input`` / ``output``          Input / Output (the IR node's ``shape``, batch excluded)
+``linear``                      Affine (``bias=True``) / Linear (``bias=False``)
+``conv1d`` / ``conv2d``         Conv1d / Conv2d: padding, stride, dilation, groups kept
+``flatten``                     Flatten (torch dims, batch axis 0; default 1 … -1)
+the NIR type name (``LIF``,     that NIR node: array fields in the state_dict, the rest as
+``CubaLIF``, ``Delay``, …)      hyperparameters
+``NIRGraph`` (or ``module``)    a nested NIRGraph; its nodes' implementations are named
+                                ``"<graph>.<node>"``
+==============================  ==========================================================
+
+Every other elasticai type (``relu``, ``sigmoid``, ``batchnorm1d``, ``maxpool1d`` …) is
+an :class:`~nirbridge.UnsupportedImplementationError` listing its nodes, unless
+``type_map`` maps it.
+
+Both directions are exact. What one side holds and the other cannot express goes along
+so that a round trip gives back what it started from:
+
+* IR → NIR: an IR node record, implementation or set of parameters that the NIR node
+  would not give back as they are (a node whose implementation has another name, a
+  submodule called twice, ``bias=False`` in a convolution, a spelling such as
+  ``padding="same"``) is stored in the NIR node's metadata as a Python literal under
+  ``"elasticai.node"``, ``"elasticai.implementation"``, ``"elasticai.parameters"``; the
+  root's under the graph's ``"elasticai.implementation"`` and ``"elasticai.edges"``.
+* NIR → IR: node and graph metadata go to the implementation's ``"nir_metadata"``; a
+  field the IR would not give back as it is (an array spelling of a stride, a shape
+  that differs from the inferred one) to ``"nir_fields"``; an edge order that grouping
+  by source changes to ``"nir_edges"``.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+import os
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import nir
+import numpy as np
+import torch
+
+from .. import graph as graph_utils
+from .. import io
+from ..errors import (
+    GraphStructureError,
+    LossyConversionWarning,
+    MissingShapeError,
+    NirBridgeError,
+    ParameterError,
+    RepairWarning,
+    ShapeMismatchError,
+    UnsupportedImplementationError,
+)
+from ..layers import _nir_dim, conv_node
+
+__all__ = ["FROM_NIR", "TO_NIR", "from_nir", "read", "to_nir", "write"]
+
+IR = dict[str, dict[str, Any]]
+StateDict = dict[str, torch.Tensor]
+ToNir = Callable[[dict[str, Any], dict[str, np.ndarray]], nir.NIRNode]
+FromNir = Callable[[Any], "tuple[str, dict[str, Any], dict[str, np.ndarray]] | None"]
+
+_GRAPH_TYPES = ("NIRGraph", "module")
+_IO = ("input", "output")
+_META = "elasticai."
+_SIDE_CHANNEL = ("nir_metadata", "nir_fields", "nir_edges")
+
+
+# ----------------------------------------------------------------------------- elasticai → NIR
+
+
+class _MissingParameter(Exception):
+    pass
+
+
+class _Parameters(dict):
+    """A converter's parameters; a missing one becomes an error naming the state_dict key."""
+
+    def __missing__(self, key: str) -> np.ndarray:
+        raise _MissingParameter(key)
+
+
+def _ints(value: Any, count: int, what: str) -> tuple[int, ...]:
+    return graph_utils.ints(value, count, what, "")
+
+
+def _check(attributes: Mapping[str, Any], key: str, actual: int, what: str) -> None:
+    if key in attributes and int(attributes[key]) != actual:
+        raise ParameterError(f"{key}={attributes[key]!r} does not match the {what} ({actual})")
+
+
+def _bias(attributes: Mapping[str, Any], parameters: _Parameters, out: int) -> np.ndarray | None:
+    if not attributes.get("bias", "bias" in parameters):
+        if "bias" in parameters:
+            raise ParameterError("bias=False, but the state_dict holds a bias; drop one of them")
+        return None
+    bias = parameters["bias"]
+    if bias.shape != (out,):
+        raise ParameterError(f"bias must have shape ({out},), got {bias.shape}")
+    return bias
+
+
+def linear_to_nir(attributes: dict[str, Any], parameters: _Parameters) -> nir.Affine | nir.Linear:
+    """``linear`` (``in_features``, ``out_features``, ``bias``): y = W x (+ b)."""
+    weight = parameters["weight"]
+    if weight.ndim != 2:
+        raise ParameterError(f"weight must be 2-D (out_features, in_features), got shape {weight.shape}")
+    _check(attributes, "out_features", weight.shape[0], "weight's rows")
+    _check(attributes, "in_features", weight.shape[1], "weight's columns")
+    bias = _bias(attributes, parameters, weight.shape[0])
+    return nir.Linear(weight=weight) if bias is None else nir.Affine(weight=weight, bias=bias)
+
+
+def _conv_to_nir(dims: int) -> ToNir:
+    def convert(attributes: dict[str, Any], parameters: _Parameters) -> nir.Conv1d | nir.Conv2d:
+        weight = parameters["weight"]
+        if weight.ndim != dims + 2:
+            raise ParameterError(
+                f"weight must be {dims + 2}-D (out_channels, in_channels/groups, kernel...), "
+                f"got shape {weight.shape}"
+            )
+        groups = int(attributes.get("groups", 1))
+        _check(attributes, "out_channels", weight.shape[0], "weight's first axis")
+        _check(attributes, "in_channels", weight.shape[1] * groups, "weight's second axis times groups")
+        if "kernel_size" in attributes:
+            kernel = _ints(attributes["kernel_size"], dims, "kernel_size")
+            if kernel != tuple(weight.shape[2:]):
+                raise ParameterError(
+                    f"kernel_size={attributes['kernel_size']!r} does not match the weight's shape "
+                    f"{weight.shape}"
+                )
+        return conv_node(
+            weight,
+            _bias(attributes, parameters, weight.shape[0]),
+            stride=attributes.get("stride", 1),
+            padding=attributes.get("padding", 0),
+            dilation=attributes.get("dilation", 1),
+            groups=groups,
+            padding_mode=attributes.get("padding_mode", "zeros"),
+        )
+
+    convert.__name__ = convert.__qualname__ = f"conv{dims}d_to_nir"
+    convert.__doc__ = (
+        f"``conv{dims}d`` (torch.nn.Conv{dims}d's arguments) as NIR Conv{dims}d; ``bias=False`` "
+        "gives a zero bias."
+    )
+    return convert
+
+
+def flatten_to_nir(attributes: dict[str, Any], parameters: _Parameters) -> nir.Flatten:
+    """``flatten`` (``start_dim``, ``end_dim`` counted with the batch axis; default 1, -1)."""
+    return nir.Flatten(
+        input_type=None,
+        start_dim=_nir_dim(int(attributes.get("start_dim", 1)), "start_dim", "flatten"),
+        end_dim=_nir_dim(int(attributes.get("end_dim", -1)), "end_dim", "flatten"),
+    )
+
+
+TO_NIR: dict[str, ToNir] = {
+    "linear": linear_to_nir,
+    "conv1d": _conv_to_nir(1),
+    "conv2d": _conv_to_nir(2),
+    "flatten": flatten_to_nir,
+}
+"""elasticai types → NIR nodes: ``fn(attributes, parameters) -> nir.NIRNode``, where
+``parameters`` are the implementation's state_dict entries as numpy arrays (by field).
+NIR type names (``"LIF"``) and nested graphs are handled besides these."""
+
+
+def _nir_class(kind: str) -> type | None:
+    cls = getattr(nir, kind, None)
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, nir.NIRNode)
+        and dataclasses.is_dataclass(cls)
+        and cls not in (nir.NIRGraph, nir.Input, nir.Output, nir.NIRNode)
+    ):
+        return cls
+    return None
+
+
+_SHAPE_FIELDS = ("input_type", "output_type", "metadata", "input_shape")
+
+
+def _generic_to_nir(cls: type, attributes: dict[str, Any], parameters: _Parameters) -> nir.NIRNode:
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs = {**attributes, **parameters}
+    unknown = [k for k in kwargs if k not in fields or k in _SHAPE_FIELDS]
+    if unknown:
+        raise ParameterError(f"{cls.__name__} has no field(s) {unknown}; its fields: {list(fields)}")
+    for name, f in fields.items():
+        if name in ("input_type", "input_shape"):
+            kwargs[name] = None  # filled in by shape inference
+        elif name not in kwargs and name != "metadata":
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise _MissingParameter(name)
+    return cls(**kwargs)
+
+
+# ----------------------------------------------------------------------------- NIR → elasticai
+
+
+def _int(value: Any) -> int:
+    return int(np.asarray(value).reshape(-1)[0])
+
+
+def affine_from_nir(node: nir.Affine) -> tuple[str, dict[str, Any], dict[str, np.ndarray]] | None:
+    weight, bias = np.asarray(node.weight), np.asarray(node.bias)
+    if weight.ndim != 2 or bias.shape != (weight.shape[0],):
+        return None
+    out, features = weight.shape
+    return (
+        "linear",
+        {"in_features": features, "out_features": out, "bias": True},
+        {"weight": weight, "bias": bias},
+    )
+
+
+def linear_from_nir(node: nir.Linear) -> tuple[str, dict[str, Any], dict[str, np.ndarray]] | None:
+    weight = np.asarray(node.weight)
+    if weight.ndim != 2:
+        return None
+    out, features = weight.shape
+    return "linear", {"in_features": features, "out_features": out, "bias": False}, {"weight": weight}
+
+
+def conv_from_nir(node: nir.Conv1d | nir.Conv2d) -> tuple[str, dict[str, Any], dict[str, np.ndarray]] | None:
+    dims = 1 if isinstance(node, nir.Conv1d) else 2
+    weight = np.asarray(node.weight)
+    bias = None if node.bias is None else np.asarray(node.bias)
+    if weight.ndim != dims + 2 or bias is None or bias.shape != (weight.shape[0],):
+        return None
+    groups = _int(node.groups)
+    padding = node.padding
+    if isinstance(padding, np.ndarray) and padding.dtype.kind in "SUO":
+        padding = padding.reshape(-1)[0]
+    if isinstance(padding, bytes):
+        padding = padding.decode()
+    attributes = {
+        "in_channels": weight.shape[1] * groups,
+        "out_channels": weight.shape[0],
+        "kernel_size": tuple(int(k) for k in weight.shape[2:]),
+        "stride": _ints(node.stride, dims, "stride"),
+        "padding": padding if isinstance(padding, str) else _ints(padding, dims, "padding"),
+        "dilation": _ints(node.dilation, dims, "dilation"),
+        "groups": groups,
+        "bias": True,
+        "padding_mode": "zeros",
+    }
+    return f"conv{dims}d", attributes, {"weight": weight, "bias": bias}
+
+
+def flatten_from_nir(node: nir.Flatten) -> tuple[str, dict[str, Any], dict[str, np.ndarray]] | None:
+    if _int(node.start_dim) == 0 and _int(node.end_dim) == -1:
+        return "flatten", {}, {}
+    return None  # other dims: elasticai's flatten rebuilds a default nn.Flatten
+
+
+FROM_NIR: dict[type, FromNir] = {
+    nir.Affine: affine_from_nir,
+    nir.Linear: linear_from_nir,
+    nir.Conv1d: conv_from_nir,
+    nir.Conv2d: conv_from_nir,
+    nir.Flatten: flatten_from_nir,
+}
+"""NIR node types → elasticai: ``fn(node) -> (type, attributes, parameters)``, or
+``None`` to keep the node as its NIR type. Types missing here keep their NIR type."""
+
+
+def _generic_from_nir(node: nir.NIRNode) -> tuple[str, dict[str, Any], dict[str, np.ndarray]]:
+    attributes, parameters = {}, {}
+    for f in dataclasses.fields(node):
+        if not f.init or f.name in _SHAPE_FIELDS:
+            continue
+        value = getattr(node, f.name)
+        if isinstance(value, np.ndarray):
+            parameters[f.name] = value
+        else:
+            attributes[f.name] = value
+    return type(node).__name__, attributes, parameters
+
+
+# ----------------------------------------------------------------------------- IR spellings
+
+
+@dataclass
+class _Impl:
+    name: str
+    type: str
+    attributes: dict[str, Any]
+    nodes: dict[str, dict[str, Any]]
+    edges: list[tuple[str, str, dict[str, Any]]]
+
+
+def _record(value: Any, where: str) -> dict[str, Any]:
+    if hasattr(value, "as_dict"):
+        value = value.as_dict()
+    if not isinstance(value, Mapping):
+        raise GraphStructureError(f"{where} is a {type(value).__name__}, not an implementation dict")
+    return dict(value)
+
+
+def _entries(ir: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(name, record) pairs from every spelling of an IR."""
+    if (
+        isinstance(ir, tuple)
+        and len(ir) == 2
+        and isinstance(ir[0], Mapping)
+        and "attributes" in ir[0]
+        and isinstance(ir[1], Mapping)
+    ):  # 0.68: (root graph, registry)
+        root = _record(ir[0], "the root graph")
+        return [("", root), *((str(k), _record(v, f"implementation {k!r}")) for k, v in ir[1].items())]
+    if isinstance(ir, Mapping):
+        return [(str(k), _record(v, f"implementation {k!r}")) for k, v in ir.items()]
+    if isinstance(ir, (str, bytes, os.PathLike)):
+        raise NirBridgeError(
+            "to_nir takes the IR itself (implementations or their dicts); to read a .nir file "
+            "use nirbridge.adapters.elasticai.read(path)"
+        )
+    if isinstance(ir, Iterable):
+        entries = []
+        for index, item in enumerate(ir):
+            record = _record(item, f"item {index} of the IR")
+            name = getattr(item, "name", record.get("name"))
+            if not isinstance(name, str):
+                raise GraphStructureError(f"item {index} of the IR has no name; give each implementation one")
+            entries.append((name, record))
+        return entries
+    raise NirBridgeError(
+        f"the IR must be elasticai Implementations, a dict of their as_dict() forms or a "
+        f"(root, registry) pair; got {type(ir).__name__}"
+    )
+
+
+def _nodes(value: Any, where: str) -> dict[str, dict[str, Any]]:
+    items = (
+        list(value.items())
+        if isinstance(value, Mapping)
+        else [(n.get("name") if isinstance(n, Mapping) else None, n) for n in value or []]
+    )
+    nodes = {}
+    for name, data in items:
+        if not isinstance(name, str) or not isinstance(data, Mapping):
+            raise GraphStructureError(f"{where}: node entry {data!r} has no name or is not a dict")
+        record = dict(data)
+        if record.pop("name", name) != name:
+            raise GraphStructureError(f"{where}: node {name!r} says its name is {data['name']!r}")
+        if "type" not in record and isinstance(record.get("attributes"), Mapping):
+            record = {**record.pop("attributes"), **record}  # 0.68 nodes hold their attributes
+        if not isinstance(record.get("type"), str):
+            raise GraphStructureError(f"{where}: node {name!r} has no type")
+        nodes[name] = record
+    return nodes
+
+
+def _edge(data: Mapping[str, Any], where: str) -> tuple[str, str, dict[str, Any]]:
+    rest = dict(data)
+    src = rest.pop("src", None)
+    dst = rest.pop("dst", None)
+    sink = rest.pop("sink", None)
+    dst = dst if dst is not None else sink
+    if not isinstance(src, str) or not isinstance(dst, str):
+        raise GraphStructureError(f"{where}: edge {dict(data)!r} needs 'src' and 'dst' (or 'sink')")
+    return src, dst, rest
+
+
+def _edges(value: Any, where: str) -> list[tuple[str, str, dict[str, Any]]]:
+    if not value:
+        return []
+    if not isinstance(value, Mapping):  # 0.62: a list of {"src", "sink"}
+        return [_edge(e, where) for e in value]
+    edges = []
+    for key, data in value.items():
+        if isinstance(key, tuple):  # the documentation's {(src, dst): {"src", "dst"|"sink"}}
+            src, dst, rest = _edge({"src": key[0], "dst": key[1], **dict(data)}, where)
+            if (src, dst) != tuple(key):
+                raise GraphStructureError(f"{where}: edge key {key!r} disagrees with its data {dict(data)!r}")
+            edges.append((src, dst, rest))
+        elif isinstance(data, Mapping) and isinstance(data.get("src"), str):  # {"a,b": {"src", "dst"}}
+            edges.append(_edge(data, where))
+        elif isinstance(data, Mapping):  # 0.63-0.68: {src: {dst: {...}}}
+            for dst, attrs in data.items():
+                if not isinstance(attrs, Mapping):
+                    raise GraphStructureError(
+                        f"{where}: edge {key!r} -> {dst!r} carries {attrs!r}, not a dict"
+                    )
+                edges.append((str(key), str(dst), dict(attrs)))
+        else:
+            raise GraphStructureError(f"{where}: cannot read edge entry {key!r}: {data!r}")
+    return edges
+
+
+def _normalize(ir: Any) -> tuple[dict[str, _Impl], str]:
+    impls: dict[str, _Impl] = {}
+    for name, record in _entries(ir):
+        where = f"implementation {name!r}"
+        if record.get("name", name) != name:
+            raise GraphStructureError(f"{where} says its name is {record['name']!r}")
+        block = record.get("attributes")
+        attributes = {
+            k: v for k, v in record.items() if k not in ("name", "type", "nodes", "edges", "attributes")
+        }
+        kind = record.get("type")
+        if isinstance(block, Mapping):  # 0.68: type and hyperparameters in an attributes block
+            kind = block.get("type", kind)
+            attributes.update({k: v for k, v in block.items() if k != "type"})
+        if not isinstance(kind, str):
+            raise GraphStructureError(f"{where} has no type")
+        if name in impls:
+            raise GraphStructureError(f"two implementations are named {name!r}")
+        impls[name] = _Impl(
+            name, kind, attributes, _nodes(record.get("nodes"), where), _edges(record.get("edges"), where)
+        )
+    roots = [i.name for i in impls.values() if i.type == "module"]
+    if not roots:
+        raise GraphStructureError("no implementation has type 'module'; the IR needs its root graph")
+    if len(roots) > 1:
+        named = [r for r in ("", "root", "network") if r in roots]
+        if not named:
+            raise GraphStructureError(f"implementations {roots} all have type 'module'; which is the root?")
+        return impls, named[0]
+    return impls, roots[0]
+
+
+def _as_dict(impl: _Impl, root: bool) -> dict[str, Any]:
+    """The 0.63-0.67 ``Implementation.as_dict()`` form."""
+    nodes = {name: dict(record) for name, record in impl.nodes.items()}
+    edges: dict[str, dict[str, Any]] = {}
+    for src, dst, data in impl.edges:
+        edges.setdefault(src, {})[dst] = dict(data)
+    if root:
+        return {**impl.attributes, "nodes": nodes, "edges": edges, "type": impl.type, "name": impl.name}
+    return {**impl.attributes, "nodes": nodes, "edges": edges, "name": impl.name, "type": impl.type}
+
+
+# ----------------------------------------------------------------------------- equality, literals
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of the same types (arrays: same dtype and shape); NaN equals NaN."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a.cpu(), b.cpu()))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    return bool(a == b)
+
+
+def _literal(value: Any, what: str) -> str | None:
+    text = repr(value)
+    try:
+        ok = _same(ast.literal_eval(text), value)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        ok = False
+    if not ok:
+        warnings.warn(
+            f"{what} holds values that a .nir file cannot keep as Python literals ({text[:80]}); "
+            "the IR read back from NIR differs there",
+            LossyConversionWarning,
+            stacklevel=4,
+        )
+        return None
+    return text
+
+
+def _from_literal(text: Any, what: str) -> Any:
+    if isinstance(text, np.ndarray) and text.dtype.kind in "US" and text.size == 1:
+        text = text.reshape(-1)[0]
+    if isinstance(text, bytes):
+        text = text.decode()
+    try:
+        return ast.literal_eval(str(text))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as error:
+        raise NirBridgeError(f"{what}: metadata {text!r} is not a Python literal ({error})") from None
+
+
+# ----------------------------------------------------------------------------- IR → NIR (raw)
+
+
+def _array(key: str, value: Any) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        try:
+            return value.numpy().copy()
+        except TypeError:
+            raise ParameterError(
+                f"state_dict entry {key!r} has dtype {value.dtype}, which numpy cannot hold; "
+                "convert it (for example .float()) first"
+            ) from None
+    return np.array(value, copy=True)
+
+
+class _IrToNir:
+    def __init__(
+        self,
+        impls: dict[str, _Impl],
+        root: str,
+        state_dict: Mapping[str, Any] | None,
+        type_map: Mapping[str, ToNir],
+    ) -> None:
+        self.impls, self.root, self.type_map = impls, root, type_map
+        self.parameters: dict[str, dict[str, Any]] = {}
+        for key, value in (state_dict or {}).items():
+            owner, _, field = str(key).rpartition(".")
+            if owner in impls and field:
+                self.parameters.setdefault(owner, {})[field] = value
+        self.used: dict[str, set[str]] = {}
+        self.fields: list[tuple[nir.NIRNode, dict[str, Any]]] = []  # nir_fields, applied last
+
+    def check_types(self) -> None:
+        offenders: dict[str, list[str]] = {}
+        seen: set[str] = set()
+
+        def visit(impl: _Impl, path: str) -> None:
+            if impl.name in seen:
+                raise GraphStructureError(f"implementation {impl.name!r} contains itself")
+            seen.add(impl.name)
+            for name, record in impl.nodes.items():
+                label = f"{path}.{name}" if path else name
+                kind = record["type"]
+                if kind in _IO:
+                    continue
+                target = self.implementation(record, label)
+                sub = self.impls[target]
+                if sub.type in _GRAPH_TYPES and sub.name != self.root:
+                    visit(sub, label)
+                elif sub.type not in self.type_map and _nir_class(sub.type) is None:
+                    offenders.setdefault(sub.type, []).append(f"{label!r} (implementation {target!r})")
+            seen.discard(impl.name)
+
+        visit(self.impls[self.root], "")
+        if offenders:
+            raise UnsupportedImplementationError(offenders, sorted(self.type_map))
+
+    def implementation(self, record: Mapping[str, Any], label: str) -> str:
+        target = record.get("implementation")
+        if not isinstance(target, str) or target not in self.impls:
+            raise GraphStructureError(
+                f"IR node {label!r} ({record['type']}) names implementation {target!r}, which is not in "
+                "the IR; add it or correct the node"
+            )
+        return target
+
+    def graph(self, impl: _Impl, path: str) -> nir.NIRGraph:
+        nodes: dict[str, nir.NIRNode] = {}
+        for name, record in impl.nodes.items():
+            label = f"{path}.{name}" if path else name
+            kind = record["type"]
+            if kind in _IO:
+                shape = record.get("shape")
+                value = None if shape is None else np.array(_ints(shape, len(shape), "shape"), dtype=np.int64)
+                nodes[name] = nir.Input(input_type={"input": value}) if kind == "input" else nir.Output(None)
+                nodes[name].metadata = dict(record.get("nir_metadata") or {})
+                if kind == "output" and value is not None:  # a declared shape wins over the inferred
+                    self.fields.append(
+                        (nodes[name], {"input_type": {"input": value}, "output_type": {"output": value}})
+                    )
+                continue
+            sub = self.impls[self.implementation(record, label)]
+            node = self.graph(sub, label) if sub.type in _GRAPH_TYPES else self.node(sub, label)
+            node.metadata = dict(sub.attributes.get("nir_metadata") or {})
+            if sub.attributes.get("nir_fields"):
+                self.fields.append((node, dict(sub.attributes["nir_fields"])))
+            nodes[name] = node
+        edges = impl.attributes.get("nir_edges")
+        if edges is None:
+            edges = [(src, dst) for src, dst, _ in impl.edges]
+        for src, dst in edges:
+            for end in (src, dst):
+                if end not in nodes and end.split(".")[0] not in nodes:
+                    raise GraphStructureError(
+                        f"edge {src!r} -> {dst!r} in implementation {impl.name!r} names node {end!r}, "
+                        "which is not among its nodes"
+                    )
+        return nir.NIRGraph(nodes=nodes, edges=[(str(a), str(b)) for a, b in edges], type_check=False)
+
+    def node(self, impl: _Impl, label: str) -> nir.NIRNode:
+        given = self.parameters.get(impl.name, {})
+        parameters = _Parameters({k: _array(f"{impl.name}.{k}", v) for k, v in given.items()})
+        attributes = {k: v for k, v in impl.attributes.items() if k not in _SIDE_CHANNEL}
+        where = f"implementation {impl.name!r} ({impl.type}, node {label!r})"
+        convert = self.type_map.get(impl.type)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                if convert is not None:
+                    node = convert(attributes, parameters)
+                else:
+                    node = _generic_to_nir(_nir_class(impl.type), attributes, parameters)
+            except _MissingParameter as missing:
+                raise ParameterError(
+                    f"{where} needs {missing.args[0]!r}, but the state_dict has no key "
+                    f"'{impl.name}.{missing.args[0]}'; pass the model's state_dict(): "
+                    "to_nir(ir, model.state_dict())"
+                ) from None
+            except NirBridgeError as error:
+                raise type(error)(f"{where}: {error}") from None
+        for warning in caught:
+            warnings.warn_explicit(
+                f"{where}: {warning.message}", warning.category, warning.filename, warning.lineno
+            )
+        if not isinstance(node, nir.NIRNode):
+            raise NirBridgeError(f"{where}: its converter returned {type(node).__name__}, not a NIR node")
+        used = self.used.setdefault(impl.name, set())
+        used.update(k for k in given if k in parameters)
+        return node
+
+    def unused_parameters(self) -> list[str]:
+        return [
+            f"{owner}.{field}"
+            for owner, fields in self.parameters.items()
+            for field in fields
+            if field not in self.used.get(owner, set())
+        ]
+
+
+def _input_shapes(
+    graph: nir.NIRGraph, the_plan: graph_utils.Plan, input_shape: Any, ir_nodes: Mapping[str, Any]
+) -> dict[str, tuple[int, ...]]:
+    from ..trace import _declared, _shape_from_consumers
+
+    if input_shape is None:
+        given: dict[str, Any] = {}
+    elif isinstance(input_shape, Mapping):
+        given = dict(input_shape)
+        unknown = [k for k in given if k not in the_plan.inputs]
+        if unknown:
+            raise GraphStructureError(
+                f"input_shape names {unknown}, but the IR's inputs are {the_plan.inputs}"
+            )
+    elif len(the_plan.inputs) == 1:
+        given = {the_plan.inputs[0]: input_shape}
+    else:
+        raise GraphStructureError(
+            f"the IR has inputs {the_plan.inputs}; give input_shape as a dict of shapes by input name"
+        )
+    shapes = {}
+    for name in the_plan.inputs:
+        declared = _declared(graph.nodes[name])
+        shape = tuple(int(s) for s in given[name]) if name in given else declared
+        if declared is not None and shape != declared:
+            raise ShapeMismatchError(
+                f"input_shape gives input {name!r} the shape {shape}, but the IR node says {declared}"
+            )
+        if shape is None:
+            shape = _shape_from_consumers(graph, name, the_plan)
+        if shape is None:
+            fed = [
+                f"{t!r} ({ir_nodes[t].get('type')}, implementation {ir_nodes[t].get('implementation')!r})"
+                for t, sources in the_plan.incoming.items()
+                if any(s == name for s, _ in sources)
+            ]
+            raise MissingShapeError(
+                f"the shape of input {name!r} cannot be found from what it feeds "
+                f"({', '.join(fed) or 'nothing'}): the IR carries no shapes; pass input_shape=(...) "
+                "without the batch axis (a dict by input name for several inputs)"
+            )
+        graph.nodes[name].input_type = {"input": np.array(shape, dtype=np.int64)}
+        graph.nodes[name].output_type = {"output": np.array(shape, dtype=np.int64)}
+        shapes[name] = shape
+    return shapes
+
+
+def _set_shapes(graph: nir.NIRGraph, shapes: graph_utils.Shapes, path: str) -> None:
+    for name, node in graph.nodes.items():
+        label = f"{path}.{name}" if path else name
+        given, out = shapes.inputs.get(name), shapes.outputs.get(name)
+        if isinstance(node, nir.Input):
+            given = out
+        if isinstance(node, nir.Output):
+            out = given
+        if given is None or out is None:
+            raise MissingShapeError(
+                f"node {label!r} ({type(node).__name__}): its shape cannot be inferred from the "
+                "input shapes; pass input_shape=(...)"
+            )
+        if isinstance(node, nir.NIRGraph):
+            _set_shapes(node, shapes.nested[name], label)
+            node._update_input_output_types()
+            continue
+        if isinstance(node, nir.Conv1d):
+            node.input_shape = int(given[1])
+        elif isinstance(node, nir.Conv2d):
+            node.input_shape = (int(given[1]), int(given[2]))
+        elif isinstance(node, nir.Flatten):
+            node.input_type = {"input": np.array(given, dtype=np.int64)}
+            node.output_type = {"output": np.array(out, dtype=np.int64)}
+            continue
+        node.input_type = {"input": np.array(given, dtype=np.int64)}
+        node.output_type = {"output": np.array(out, dtype=np.int64)}
+
+
+def _ir_to_graph(
+    impls: dict[str, _Impl],
+    root: str,
+    state_dict: Mapping[str, Any] | None,
+    input_shape: Any,
+    type_map: Mapping[str, ToNir],
+) -> tuple[nir.NIRGraph, _IrToNir]:
+    build = _IrToNir(impls, root, state_dict, type_map)
+    build.check_types()
+    root_impl = impls[root]
+    graph = build.graph(root_impl, "")
+    graph.metadata = dict(root_impl.attributes.get("nir_metadata") or {})
+    the_plan = graph_utils.plan(graph)
+    inputs = _input_shapes(graph, the_plan, input_shape, root_impl.nodes)
+    # misfits with one reading (old spyx files) warn with RepairWarning and stay as stored,
+    # as nirbridge.read keeps them; nir_to_torch repairs them
+    shapes = graph_utils.infer_shapes(graph, the_plan, inputs)
+    _set_shapes(graph, shapes, "")
+    for node, fields in build.fields:
+        for field, value in fields.items():
+            setattr(node, field, value)
+    if isinstance(graph, nir.NIRGraph):
+        graph._update_input_output_types()
+    return graph, build
+
+
+# ----------------------------------------------------------------------------- NIR → IR (raw)
+
+
+def _tensor(value: np.ndarray) -> torch.Tensor:
+    array = np.ascontiguousarray(value)
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return torch.from_numpy(array.copy())
+
+
+class _NirToIr:
+    def __init__(self, type_map: Mapping[type, FromNir]) -> None:
+        self.type_map = type_map
+        self.impls: IR = {}
+        self.state: StateDict = {}
+        self.owner: dict[str, str] = {}  # implementation → the NIR node path that made it
+
+    def run(self, graph: nir.NIRGraph) -> tuple[IR, StateDict]:
+        metadata = dict(graph.metadata or {})
+        extra = {k: metadata.pop(k) for k in list(metadata) if k.startswith(_META)}
+        root: dict[str, Any] = {}
+        if "elasticai.implementation" in extra:
+            root = _from_literal(extra["elasticai.implementation"], "the graph's elasticai.implementation")
+        root = {k: v for k, v in root.items() if k not in ("nodes", "edges")}
+        name = root.pop("name", "")
+        root.pop("type", None)
+        if metadata:
+            root["nir_metadata"] = metadata
+        record: dict[str, Any] = {**root, "nodes": {}, "edges": {}, "type": "module", "name": name}
+        self.impls[name] = record
+        self.fill(graph, record, "", extra)
+        return self.impls, self.state
+
+    def fill(
+        self, graph: nir.NIRGraph, record: dict[str, Any], prefix: str, extra: Mapping[str, Any]
+    ) -> None:
+        for name, node in graph.nodes.items():
+            path = f"{prefix}.{name}" if prefix else name
+            record["nodes"][name] = self.node(name, node, path)
+        edges: dict[str, dict[str, Any]] = {}
+        for src, dst in graph.edges:
+            edges.setdefault(str(src), {})[str(dst)] = {}
+        if "elasticai.edges" in extra:
+            edges = _from_literal(extra["elasticai.edges"], f"{prefix or 'the graph'}: elasticai.edges")
+        record["edges"] = edges
+
+    def node(self, name: str, node: nir.NIRNode, path: str) -> dict[str, Any]:
+        metadata = dict(node.metadata or {})
+        extra = {k: metadata.pop(k) for k in list(metadata) if k.startswith(_META)}
+        if isinstance(node, (nir.Input, nir.Output)):
+            kind = "input" if isinstance(node, nir.Input) else "output"
+            node_record: dict[str, Any] = {"type": kind, "implementation": kind}
+            shape = (node.input_type if kind == "input" else node.output_type).get(kind)
+            if shape is not None and np.asarray(shape).dtype != object:
+                node_record["shape"] = tuple(int(s) for s in np.asarray(shape).reshape(-1))
+            if metadata:
+                node_record["nir_metadata"] = metadata
+            if "elasticai.node" in extra:
+                node_record = _from_literal(extra["elasticai.node"], f"node {path!r}: elasticai.node")
+            return node_record
+        if isinstance(node, nir.NIRGraph):
+            kind, attributes, parameters = "NIRGraph", {}, {}
+        else:
+            converted = None
+            convert = self.type_map.get(type(node))
+            if convert is not None:
+                converted = convert(node)
+            kind, attributes, parameters = converted if converted is not None else _generic_from_nir(node)
+        node_record = {"type": kind, "implementation": path}
+        if "elasticai.node" in extra:
+            node_record = _from_literal(extra["elasticai.node"], f"node {path!r}: elasticai.node")
+        target = node_record.get("implementation", path)
+        if "elasticai.implementation" in extra:
+            stored = _from_literal(
+                extra["elasticai.implementation"], f"node {path!r}: elasticai.implementation"
+            )
+            kind = stored.pop("type", kind)
+            attributes = {k: v for k, v in stored.items() if k not in ("name", "nodes", "edges")}
+        if metadata:
+            attributes["nir_metadata"] = metadata
+        if "elasticai.parameters" in extra:
+            keep = _from_literal(extra["elasticai.parameters"], f"node {path!r}: elasticai.parameters")
+            parameters = {k: v for k, v in parameters.items() if k in keep}
+        if target in self.impls:
+            self.shared(target, path, parameters)
+            return node_record
+        self.owner[target] = path
+        if kind == "NIRGraph" or isinstance(node, nir.NIRGraph):
+            record = {**attributes, "nodes": {}, "edges": {}, "name": target, "type": kind}
+            self.impls[target] = record
+            self.fill(node, record, target, extra)
+        else:
+            self.impls[target] = {**attributes, "nodes": {}, "edges": {}, "name": target, "type": kind}
+        for field, value in parameters.items():
+            self.state[f"{target}.{field}"] = _tensor(np.asarray(value))
+        return node_record
+
+    def shared(self, target: str, path: str, parameters: Mapping[str, Any]) -> None:
+        differ = [
+            field
+            for field, value in parameters.items()
+            if not np.array_equal(
+                np.asarray(value), self.state.get(f"{target}.{field}", torch.empty(0)).numpy()
+            )
+        ]
+        if differ:
+            warnings.warn(
+                f"nodes {self.owner[target]!r} and {path!r} share implementation {target!r} but hold "
+                f"different {differ}; the IR keeps those of {self.owner[target]!r}",
+                LossyConversionWarning,
+                stacklevel=4,
+            )
+
+
+# ----------------------------------------------------------------------------- the round trip's record
+
+
+def _walk(graph: nir.NIRGraph, prefix: str = "") -> Iterable[tuple[str, str, nir.NIRNode, nir.NIRGraph]]:
+    for name, node in graph.nodes.items():
+        path = f"{prefix}.{name}" if prefix else name
+        yield name, path, node, graph
+        if isinstance(node, nir.NIRGraph):
+            yield from _walk(node, path)
+
+
+def _without(record: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    drop = set(keys)
+    return {k: v for k, v in record.items() if k not in drop}
+
+
+def _record_ir_in_metadata(
+    graph: nir.NIRGraph,
+    impls: dict[str, _Impl],
+    root: str,
+    state: Mapping[str, Any] | None,
+    used: Mapping[str, set[str]],
+    back: IR,
+    back_state: StateDict,
+) -> None:
+    """Store in ``graph``'s metadata what NIR → IR would not give back as ``impls`` holds it."""
+    structural = ("nodes", "edges", *_SIDE_CHANNEL)
+    originals = {name: _as_dict(impl, name == root) for name, impl in impls.items()}
+    given_keys = {
+        name: sorted(f for f in fields if f in used.get(name, set()))
+        for name, fields in _parameter_fields(state, impls).items()
+    }
+    reached = {root}
+
+    def note(target: dict[str, Any], key: str, value: Any, what: str) -> None:
+        text = _literal(value, what)
+        if text is not None:
+            target[key] = text
+
+    def visit(nir_graph: nir.NIRGraph, impl: _Impl, back_impl: Mapping[str, Any]) -> None:
+        for name, node in nir_graph.nodes.items():
+            record, back_record = impl.nodes[name], back_impl["nodes"][name]
+            metadata = node.metadata if node.metadata is not None else {}
+            node.metadata = metadata
+            if not _same(record, back_record):
+                note(metadata, "elasticai.node", record, f"IR node {name!r}")
+            if record["type"] in _IO:
+                continue
+            target, back_target = record["implementation"], back_record["implementation"]
+            reached.add(target)
+            original, rebuilt = originals[target], back[back_target]
+            if not _same(_without(original, (*structural, "name")), _without(rebuilt, (*structural, "name"))):
+                note(
+                    metadata,
+                    "elasticai.implementation",
+                    _without(original, structural),
+                    f"implementation {target!r}",
+                )
+            kept = given_keys.get(target, [])
+            rebuilt_keys = sorted(
+                k.rpartition(".")[2] for k in back_state if k.rpartition(".")[0] == back_target
+            )
+            if isinstance(node, nir.NIRGraph):
+                if not _same(original["edges"], rebuilt["edges"]):
+                    note(metadata, "elasticai.edges", original["edges"], f"the edges of {target!r}")
+                visit(node, impls[target], rebuilt)
+            elif kept != rebuilt_keys:
+                note(metadata, "elasticai.parameters", tuple(kept), f"the parameters of {target!r}")
+
+    root_impl = impls[root]
+    back_root = next(r for r in back.values() if r.get("type") == "module")
+    metadata = graph.metadata if graph.metadata is not None else {}
+    graph.metadata = metadata
+    if not _same(_without(originals[root], structural), _without(back_root, structural)):
+        note(metadata, "elasticai.implementation", _without(originals[root], structural), "the root")
+    if not _same(originals[root]["edges"], back_root["edges"]):
+        note(metadata, "elasticai.edges", originals[root]["edges"], "the root's edges")
+    visit(graph, root_impl, back_root)
+    orphans = [name for name in impls if name not in reached]
+    if orphans:
+        warnings.warn(
+            f"implementations {orphans} are used by no node of the IR; NIR has no place for them",
+            LossyConversionWarning,
+            stacklevel=3,
+        )
+
+
+def _parameter_fields(state: Mapping[str, Any] | None, impls: Mapping[str, _Impl]) -> dict[str, list[str]]:
+    fields: dict[str, list[str]] = {}
+    for key in state or {}:
+        owner, _, field = str(key).rpartition(".")
+        if owner in impls and field:
+            fields.setdefault(owner, []).append(field)
+    return fields
+
+
+def _record_nir_in_ir(graph: nir.NIRGraph, ir: IR, rebuilt: nir.NIRGraph) -> None:
+    """Store in ``ir`` what IR → NIR would not give back as ``graph`` holds it."""
+
+    def visit(original: nir.NIRGraph, again: nir.NIRGraph, record: dict[str, Any]) -> None:
+        edges = [(str(a), str(b)) for a, b in original.edges]
+        if edges != [(str(a), str(b)) for a, b in again.edges]:
+            record["nir_edges"] = edges
+        for name, node in original.nodes.items():
+            other = again.nodes[name]
+            node_record = record["nodes"][name]
+            if node_record["type"] in _IO:
+                continue
+            target = ir[node_record["implementation"]]
+            if isinstance(node, nir.NIRGraph):
+                visit(node, other, target)
+                continue
+            differ = {}
+            for f in dataclasses.fields(node):
+                if not f.init or f.name in ("metadata", "output_type"):
+                    continue
+                if f.name == "input_type" and not isinstance(node, nir.Flatten):
+                    continue
+                value = getattr(node, f.name)
+                if not _same_field(value, getattr(other, f.name)):
+                    differ[f.name] = value
+            if differ:
+                target.setdefault("nir_fields", {}).update(differ)
+
+    visit(graph, rebuilt, next(r for r in ir.values() if r.get("type") == "module"))
+
+
+def _same_field(a: Any, b: Any) -> bool:
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same_field(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return _same(np.asarray(a), np.asarray(b)) and type(a) is type(b)
+    return _same(a, b)
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def to_nir(
+    ir: Any,
+    state_dict: Mapping[str, Any] | None = None,
+    *,
+    input_shape: Any = None,
+    type_map: Mapping[str, ToNir] | None = None,
+) -> nir.NIRGraph:
+    """Translate an elasticai.creator IR into a NIR graph.
+
+    Args:
+        ir: any spelling of the IR: the ``Implementation`` objects (or the generator)
+            from elasticai.creator's ``Torch2Ir``; a dict of their ``as_dict()`` forms
+            keyed by name (0.63-0.67: root ``""``, edges ``{src: {dst: {}}}``); the 0.62
+            form (node lists, edges ``{"src", "sink"}``); the documentation's form (root
+            ``"root"``, edges keyed ``(src, dst)`` carrying ``dst`` or ``sink``); the 0.68
+            form (an ``attributes`` block; a ``(root, registry)`` pair or one dict).
+        state_dict: the weights, keyed ``"<implementation>.<field>"`` as
+            ``model.state_dict()`` gives them (tensors or arrays).
+        input_shape: the input's shape without the batch axis (a dict by input node for
+            several inputs); optional where the first layers' weights fix it or the IR's
+            input nodes carry a ``shape``.
+        type_map: ``{elasticai type: fn(attributes, parameters) -> nir.NIRNode}`` entries
+            that win over :data:`TO_NIR`.
+
+    Edges keep the IR's order; a node fed by several edges sums them, as NIR does.
+    Raises :class:`~nirbridge.UnsupportedImplementationError` listing every node whose
+    type NIR cannot express, :class:`~nirbridge.ParameterError` naming the implementation
+    whose weight is missing or does not fit, and :class:`~nirbridge.MissingShapeError`
+    when no shape is known.
+    """
+    impls, root = _normalize(ir)
+    the_map = {**TO_NIR, **(type_map or {})}
+    graph, build = _ir_to_graph(impls, root, state_dict, input_shape, the_map)
+    unused = build.unused_parameters()
+    if unused:
+        warnings.warn(
+            f"state_dict entries {unused} belong to implementations of the IR but no NIR field "
+            "holds them; they are left out",
+            LossyConversionWarning,
+            stacklevel=2,
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LossyConversionWarning)  # the reverse only serves comparison
+        back, back_state = _NirToIr(FROM_NIR).run(graph)
+    _record_ir_in_metadata(graph, impls, root, state_dict, build.used, back, back_state)
+    return graph
+
+
+def from_nir(
+    graph: nir.NIRGraph | str | os.PathLike[str],
+    *,
+    type_map: Mapping[type, FromNir] | None = None,
+) -> tuple[IR, StateDict]:
+    """Translate a NIR graph (or a ``.nir`` file) into an elasticai.creator IR.
+
+    Returns ``(ir, state_dict)``: the IR as ``{name: Implementation.as_dict()}`` in the
+    0.63-0.67 form (root ``""`` of type ``"module"``, edges ``{src: {dst: {}}}``), ready
+    for ``Implementation.load_from_dict``, and the weights as tensors keyed
+    ``"<implementation>.<field>"``, ready for elasticai's ``Ir2Torch``. ``type_map``:
+    ``{nir type: fn(node) -> (type, attributes, parameters) | None}`` entries that win
+    over :data:`FROM_NIR`. See the module docs for the table and what is stored where.
+    """
+    if not isinstance(graph, nir.NIRNode):
+        graph = io.read(graph)
+    if not isinstance(graph, nir.NIRGraph):
+        graph = nir.NIRGraph(
+            nodes={
+                "input": nir.Input(graph.input_type["input"]),
+                "node": graph,
+                "output": nir.Output(graph.output_type["output"]),
+            },
+            edges=[("input", "node"), ("node", "output")],
+            type_check=False,
+        )
+    the_map = {**FROM_NIR, **(type_map or {})}
+    ir, state = _NirToIr(the_map).run(graph)
+    impls, root = _normalize(ir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LossyConversionWarning)
+        warnings.simplefilter("ignore", RepairWarning)  # the graph's own, already reported
+        try:
+            rebuilt, _ = _ir_to_graph(impls, root, state, None, TO_NIR)
+        except NirBridgeError:  # types from the user's map that TO_NIR does not know
+            return ir, state
+    _record_nir_in_ir(graph, ir, rebuilt)
+    return ir, state
+
+
+def write(
+    path: str | os.PathLike[str],
+    ir: Any,
+    state_dict: Mapping[str, Any] | None = None,
+    *,
+    input_shape: Any = None,
+) -> None:
+    """Write an elasticai.creator IR and its weights as a ``.nir`` file (see :func:`to_nir`).
+
+    The file is an ordinary NIR graph (``nir.read`` opens it); :func:`read` gives back
+    the same IR and state_dict. Written to a temporary file and renamed, as
+    :func:`nirbridge.write` does.
+    """
+    io.write(path, to_nir(ir, state_dict, input_shape=input_shape))
+
+
+def read(path: str | os.PathLike[str]) -> tuple[IR, StateDict]:
+    """Read a ``.nir`` file as ``(ir, state_dict)`` (see :func:`from_nir`)."""
+    return from_nir(io.read(path))

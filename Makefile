@@ -1,6 +1,9 @@
 # Set-up on a fresh machine: both targets create .venv and install everything.
 # torch is installed first as the CPU build (2.13.0); norse goes in with --no-deps
-# because it declares torchvision, which would pull a CUDA build of torch.
+# because it declares torchvision, which would pull a CUDA build of torch;
+# elasticai.creator 0.66.0 goes in with --no-deps as well (it declares hardware
+# simulation packages the IR does not use), plus tomlkit and pyserial (click is
+# already a nirbridge dependency).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,7 +17,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[dev,snntorch]"
 	$(PIP) install -q --no-deps norse==1.1.0
-	$(PY) -c "import torch, nir, norse, snntorch, nirtorch; assert torch.version.cuda is None, 'CUDA torch installed'"
+	$(PIP) install -q --no-deps elasticai.creator==0.66.0
+	$(PIP) install -q tomlkit pyserial
+	$(PY) -c "import torch, nir, norse, snntorch, nirtorch, elasticai.creator.torch2ir; assert torch.version.cuda is None, 'CUDA torch installed'"
 	touch $(STAMP)
 
 demo: $(STAMP)

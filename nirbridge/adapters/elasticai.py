@@ -78,7 +78,7 @@ FromNir = Callable[[Any], "tuple[str, dict[str, Any], dict[str, np.ndarray]] | N
 _GRAPH_TYPES = ("NIRGraph", "module")
 _IO = ("input", "output")
 _META = "elasticai."
-_SIDE_CHANNEL = ("nir_metadata", "nir_fields", "nir_edges")
+_SIDE_CHANNEL = ("nir_metadata", "nir_fields", "nir_edges", "nir_output")
 
 
 # ----------------------------------------------------------------------------- elasticai → NIR
@@ -89,7 +89,20 @@ class _MissingParameter(Exception):
 
 
 class _Parameters(dict):
-    """A converter's parameters; a missing one becomes an error naming the state_dict key."""
+    """A converter's parameters; a missing one becomes an error naming the state_dict key,
+    and those never read are reported as left out."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
 
     def __missing__(self, key: str) -> np.ndarray:
         raise _MissingParameter(key)
@@ -200,6 +213,7 @@ _SHAPE_FIELDS = ("input_type", "output_type", "metadata", "input_shape")
 def _generic_to_nir(cls: type, attributes: dict[str, Any], parameters: _Parameters) -> nir.NIRNode:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs = {**attributes, **parameters}
+    parameters.read.update(parameters)
     unknown = [k for k in kwargs if k not in fields or k in _SHAPE_FIELDS]
     if unknown:
         raise ParameterError(f"{cls.__name__} has no field(s) {unknown}; its fields: {list(fields)}")
@@ -571,6 +585,12 @@ class _IrToNir:
         return target
 
     def graph(self, impl: _Impl, path: str) -> nir.NIRGraph:
+        original = impl.attributes.get("nir_output")  # the NIR name of the IR's "output"
+        renamed = isinstance(original, str) and "output" in impl.nodes and original not in impl.nodes
+
+        def nir_name(name: str) -> str:
+            return original if renamed and name == "output" else name
+
         nodes: dict[str, nir.NIRNode] = {}
         for name, record in impl.nodes.items():
             label = f"{path}.{name}" if path else name
@@ -578,22 +598,22 @@ class _IrToNir:
             if kind in _IO:
                 shape = record.get("shape")
                 value = None if shape is None else np.array(_ints(shape, len(shape), "shape"), dtype=np.int64)
-                nodes[name] = nir.Input(input_type={"input": value}) if kind == "input" else nir.Output(None)
-                nodes[name].metadata = dict(record.get("nir_metadata") or {})
+                node = nir.Input(input_type={"input": value}) if kind == "input" else nir.Output(None)
+                node.metadata = dict(record.get("nir_metadata") or {})
                 if kind == "output" and value is not None:  # a declared shape wins over the inferred
                     self.fields.append(
-                        (nodes[name], {"input_type": {"input": value}, "output_type": {"output": value}})
+                        (node, {"input_type": {"input": value}, "output_type": {"output": value}})
                     )
-                continue
-            sub = self.impls[self.implementation(record, label)]
-            node = self.graph(sub, label) if sub.type in _GRAPH_TYPES else self.node(sub, label)
-            node.metadata = dict(sub.attributes.get("nir_metadata") or {})
-            if sub.attributes.get("nir_fields"):
-                self.fields.append((node, dict(sub.attributes["nir_fields"])))
-            nodes[name] = node
-        edges = impl.attributes.get("nir_edges")
+            else:
+                sub = self.impls[self.implementation(record, label)]
+                node = self.graph(sub, label) if sub.type in _GRAPH_TYPES else self.node(sub, label)
+                node.metadata = dict(sub.attributes.get("nir_metadata") or {})
+                if sub.attributes.get("nir_fields"):
+                    self.fields.append((node, dict(sub.attributes["nir_fields"])))
+            nodes[nir_name(name)] = node
+        edges = impl.attributes.get("nir_edges")  # NIR's names and order
         if edges is None:
-            edges = [(src, dst) for src, dst, _ in impl.edges]
+            edges = [(nir_name(src), nir_name(dst)) for src, dst, _ in impl.edges]
         for src, dst in edges:
             for end in (src, dst):
                 if end not in nodes and end.split(".")[0] not in nodes:
@@ -631,7 +651,7 @@ class _IrToNir:
         if not isinstance(node, nir.NIRNode):
             raise NirBridgeError(f"{where}: its converter returned {type(node).__name__}, not a NIR node")
         used = self.used.setdefault(impl.name, set())
-        used.update(k for k in given if k in parameters)
+        used.update(parameters.read & set(given))
         return node
 
     def unused_parameters(self) -> list[str]:
@@ -776,6 +796,15 @@ class _NirToIr:
         record: dict[str, Any] = {**root, "nodes": {}, "edges": {}, "type": "module", "name": name}
         self.impls[name] = record
         self.fill(graph, record, "", extra)
+        outputs = [n for n, node in graph.nodes.items() if isinstance(node, nir.Output)]
+        if (
+            len(outputs) == 1
+            and outputs[0] != "output"
+            and "output" not in graph.nodes
+            and "elasticai.edges" not in extra  # edges as an IR named them
+        ):  # elasticai's Ir2Torch starts from the node called "output"
+            _rename(record, outputs[0], "output")
+            record["nir_output"] = outputs[0]
         return self.impls, self.state
 
     def fill(
@@ -862,12 +891,17 @@ class _NirToIr:
 # ----------------------------------------------------------------------------- the round trip's record
 
 
-def _walk(graph: nir.NIRGraph, prefix: str = "") -> Iterable[tuple[str, str, nir.NIRNode, nir.NIRGraph]]:
-    for name, node in graph.nodes.items():
-        path = f"{prefix}.{name}" if prefix else name
-        yield name, path, node, graph
-        if isinstance(node, nir.NIRGraph):
-            yield from _walk(node, path)
+def _rename(record: dict[str, Any], old: str, new: str) -> None:
+    record["nodes"] = {new if k == old else k: v for k, v in record["nodes"].items()}
+    record["edges"] = {
+        new if src == old else src: {new if dst == old else dst: data for dst, data in dsts.items()}
+        for src, dsts in record["edges"].items()
+    }
+
+
+def _ir_name(attributes: Mapping[str, Any], name: str) -> str:
+    """The IR's name for a root node: a lone Output is ``"output"`` there."""
+    return "output" if attributes.get("nir_output") == name else name
 
 
 def _without(record: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
@@ -900,7 +934,8 @@ def _record_ir_in_metadata(
 
     def visit(nir_graph: nir.NIRGraph, impl: _Impl, back_impl: Mapping[str, Any]) -> None:
         for name, node in nir_graph.nodes.items():
-            record, back_record = impl.nodes[name], back_impl["nodes"][name]
+            record = impl.nodes[_ir_name(impl.attributes, name)]
+            back_record = back_impl["nodes"][_ir_name(back_impl, name)]
             metadata = node.metadata if node.metadata is not None else {}
             node.metadata = metadata
             if not _same(record, back_record):
@@ -963,10 +998,10 @@ def _record_nir_in_ir(graph: nir.NIRGraph, ir: IR, rebuilt: nir.NIRGraph) -> Non
         if edges != [(str(a), str(b)) for a, b in again.edges]:
             record["nir_edges"] = edges
         for name, node in original.nodes.items():
+            if isinstance(node, (nir.Input, nir.Output)):
+                continue  # their IR nodes carry their shapes
             other = again.nodes[name]
             node_record = record["nodes"][name]
-            if node_record["type"] in _IO:
-                continue
             target = ir[node_record["implementation"]]
             if isinstance(node, nir.NIRGraph):
                 visit(node, other, target)

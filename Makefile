@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_io.py
 	$(PY) benchmarks/bench_trace.py
 	$(PY) benchmarks/bench_simulators.py
+	$(PY) benchmarks/bench_elasticai.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check nirbridge tests benchmarks

@@ -925,6 +925,10 @@ def _record_ir_in_metadata(
         name: sorted(f for f in fields if f in used.get(name, set()))
         for name, fields in _parameter_fields(state, impls).items()
     }
+    rebuilt_fields: dict[str, list[str]] = {}
+    for key in back_state:
+        owner, _, field = key.rpartition(".")
+        rebuilt_fields.setdefault(owner, []).append(field)
     reached = {root}
 
     def note(target: dict[str, Any], key: str, value: Any, what: str) -> None:
@@ -953,9 +957,7 @@ def _record_ir_in_metadata(
                     f"implementation {target!r}",
                 )
             kept = given_keys.get(target, [])
-            rebuilt_keys = sorted(
-                k.rpartition(".")[2] for k in back_state if k.rpartition(".")[0] == back_target
-            )
+            rebuilt_keys = sorted(rebuilt_fields.get(back_target, []))
             if isinstance(node, nir.NIRGraph):
                 if not _same(original["edges"], rebuilt["edges"]):
                     note(metadata, "elasticai.edges", original["edges"], f"the edges of {target!r}")

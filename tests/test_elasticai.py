@@ -278,6 +278,7 @@ def test_every_spelling_of_the_ir_gives_the_same_graph():
         "documentation, dst": spelling_docs(reference, "dst"),
         "documentation, sink": spelling_docs(reference, "sink"),
         "0.68 attributes": spelling_068(reference),
+        "0.68 attributes, one dict": {"network": spelling_068(reference)[0], **spelling_068(reference)[1]},
     }
     x = torch.rand(3, 2, 10)
     expected = model(x)
@@ -294,7 +295,8 @@ def test_every_spelling_of_the_ir_gives_the_same_graph():
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6, msg=label)
         back, back_state = elasticai.from_nir(graph)  # in the 0.63-0.67 form, as spelled
         same_state(back_state, state)
-        root = back.pop("root" if label.startswith("documentation") else "")
+        root_name = "root" if label.startswith("documentation") else "network" if "one dict" in label else ""
+        root = back.pop(root_name)
         assert back == {k: v for k, v in reference.items() if k != ""}, label
         if label.startswith("0.68"):
             assert root["nodes"]["input_1"] == {"type": "input"}
@@ -384,3 +386,151 @@ def test_what_nir_cannot_hold_warns():
     extra = {**nn.Sequential(nn.Linear(2, 2)).state_dict(), "0.scale": torch.ones(2)}
     with pytest.warns(nirbridge.LossyConversionWarning, match=r"\['0.scale'\]"):
         elasticai.to_nir(lower(nn.Sequential(nn.Linear(2, 2))), extra)
+
+
+# ----------------------------------------------------------------------------- review cases
+
+
+def test_irs_with_shapes_and_irs_from_nir_come_back_from_files_unchanged(tmp_path):
+    graph = nirbridge.torch_to_nir(
+        nn.Sequential(nn.Conv1d(2, 3, 3, stride=2), nn.Flatten()), example_input=torch.zeros(1, 2, 9)
+    )
+    ir, state = elasticai.from_nir(graph)
+    assert all("nir_fields" not in record for record in ir.values())
+    elasticai.write(tmp_path / "a.nir", ir, state)
+    back, back_state = elasticai.read(tmp_path / "a.nir")
+    assert back == ir  # (the file gives the metadata's dt back as a numpy float)
+    same_state(back_state, state)
+    model = nn.Sequential(nn.Conv1d(2, 3, 3), nn.Flatten(), nn.Linear(3 * 6, 2))
+    shaped = as_dicts(lower(model))
+    shaped[""]["nodes"]["input_1"]["shape"] = (2, 8)  # shapes in the IR, not as an argument
+    elasticai.write(tmp_path / "b.nir", shaped, model.state_dict())
+    back, _ = elasticai.read(tmp_path / "b.nir")
+    assert back == shaped
+    x = torch.rand(2, 2, 8)
+    out, _ = nirbridge.nir_to_torch(
+        elasticai.to_nir(*elasticai.read(tmp_path / "b.nir")), dtype=torch.float32
+    )(x)
+    torch.testing.assert_close(out, model(x))
+
+
+def test_json_loaded_irs_and_numpy_weights_load_and_come_back_as_given(tmp_path):
+    import json
+
+    model = nn.Sequential(nn.Conv1d(2, 4, 3, padding=1), nn.Flatten(), nn.Linear(4 * 5, 3))
+    loaded = json.loads(json.dumps(as_dicts(lower(model))))  # tuples become lists
+    assert loaded["0"]["kernel_size"] == [3]
+    weights = {k: v.numpy() for k, v in model.state_dict().items()}
+    elasticai.write(tmp_path / "m.nir", loaded, weights, input_shape=[2, 5])
+    back, back_state = elasticai.read(tmp_path / "m.nir")
+    assert back == loaded
+    same_state(back_state, model.state_dict())
+
+
+def test_several_inputs_take_a_dict_of_shapes_and_sum_where_they_meet():
+    ir = {
+        "": {
+            "type": "module",
+            "name": "",
+            "nodes": {
+                "a": {"type": "input", "implementation": "input"},
+                "b": {"type": "input", "implementation": "input"},
+                "fa": {"type": "linear", "implementation": "fa"},
+                "fb": {"type": "linear", "implementation": "fb"},
+                "output": {"type": "output", "implementation": "output"},
+            },
+            "edges": {"a": {"fa": {}}, "b": {"fb": {}}, "fa": {"output": {}}, "fb": {"output": {}}},
+        },
+        "fa": {
+            "type": "linear",
+            "name": "fa",
+            "in_features": 3,
+            "out_features": 2,
+            "bias": True,
+            "nodes": {},
+            "edges": {},
+        },
+        "fb": {
+            "type": "linear",
+            "name": "fb",
+            "in_features": 4,
+            "out_features": 2,
+            "bias": False,
+            "nodes": {},
+            "edges": {},
+        },
+    }
+    rng = np.random.default_rng(0)
+    wa, ba, wb = rng.normal(size=(2, 3)), rng.normal(size=2), rng.normal(size=(2, 4))
+    state = {"fa.weight": wa, "fa.bias": ba, "fb.weight": wb}
+    with pytest.raises(nirbridge.GraphStructureError, match="dict of shapes"):
+        elasticai.to_nir(ir, state, input_shape=(3,))
+    with pytest.raises(nirbridge.ParameterError, match="input_shape for 'a'"):
+        elasticai.to_nir(ir, state, input_shape={"a": 3, "b": (4,)})
+    graph = elasticai.to_nir(ir, state, input_shape={"a": (3,), "b": (4,)})
+    xa, xb = rng.normal(size=(5, 3)), rng.normal(size=(5, 4))
+    out, _ = nirbridge.nir_to_torch(graph, dtype=torch.float64)(torch.tensor(xa), torch.tensor(xb))
+    np.testing.assert_allclose(out.detach().numpy(), xa @ wa.T + ba + xb @ wb.T, rtol=1e-12)
+    assert elasticai.from_nir(graph)[0] == ir
+    ir[""]["nodes"]["output"]["shape"] = (7,)
+    with pytest.raises(nirbridge.ShapeMismatchError, match=r"'output' declares shape \(7,\)"):
+        elasticai.to_nir(ir, state, input_shape={"a": (3,), "b": (4,)})
+
+
+def test_a_file_round_trip_then_ir2torch_computes_the_model_with_nested_and_shared_modules(tmp_path):
+    model = Shared()
+    elasticai.write(tmp_path / "m.nir", lower(model), model.state_dict())  # shapes from the weights
+    ir, state = elasticai.read(tmp_path / "m.nir")
+    implementations = [Implementation(graph=BaseGraph()).load_from_dict(record) for record in ir.values()]
+    rebuilt = ir2torch_converter().convert(implementations, state_dict=state)
+    x = torch.rand(4, 6)
+    torch.testing.assert_close(rebuilt(x), model(x))
+
+
+def test_clashing_implementation_names_and_graph_converters_keep_the_round_trips_exact():
+    lif = dict(tau=np.full(2, 0.01), r=np.ones(2), v_leak=np.zeros(2), v_threshold=np.ones(2))
+    inner = nir.NIRGraph(
+        nodes={"i": nir.Input(np.array([2])), "lif": nir.LIF(**lif), "o": nir.Output(np.array([2]))},
+        edges=[("i", "lif"), ("lif", "o")],
+    )
+    graph = nir.NIRGraph(
+        nodes={
+            "x": nir.Input(np.array([2])),
+            "rnn": inner,
+            "rnn.lif": nir.Scale(np.array([2.0, 3.0])),
+            "y": nir.Output(np.array([2])),
+        },
+        edges=[("x", "rnn"), ("rnn", "rnn.lif"), ("rnn.lif", "y")],
+        type_check=False,
+    )
+    ir, state = elasticai.from_nir(graph)
+    assert sorted(ir) == ["", "rnn", "rnn.lif", "rnn.lif_1"]
+    assert_same(graph, elasticai.to_nir(ir, state))
+
+    def sigmoid_as_graph(attributes, parameters):
+        return nir.NIRGraph(
+            nodes={"i": nir.Input(np.array([3])), "s": nir.Scale(np.ones(3)), "o": nir.Output(np.array([3]))},
+            edges=[("i", "s"), ("s", "o")],
+        )
+
+    model = nn.Sequential(nn.Linear(2, 3), nn.Sigmoid())
+    lowered = as_dicts(lower(model))
+    mapped = elasticai.to_nir(lowered, model.state_dict(), type_map={"sigmoid": sigmoid_as_graph})
+    assert isinstance(mapped.nodes["_1"], nir.NIRGraph)
+    assert elasticai.from_nir(mapped)[0] == lowered
+
+
+def test_bad_shapes_and_failing_converters_are_nirbridge_errors():
+    model = nn.Sequential(nn.Linear(2, 3))
+    ir = as_dicts(lower(model))
+    with pytest.raises(nirbridge.ParameterError, match="input_shape for 'input_1'"):
+        elasticai.to_nir(ir, model.state_dict(), input_shape=4)
+    ir[""]["nodes"]["input_1"]["shape"] = 4
+    with pytest.raises(nirbridge.ParameterError, match="shape of IR node 'input_1'"):
+        elasticai.to_nir(ir, model.state_dict())
+
+    def broken(attributes, parameters):
+        raise RuntimeError("no")
+
+    with pytest.raises(nirbridge.NodeConversionError, match="'_0' \\(linear\\): RuntimeError: no"):
+        elasticai.to_nir(lower(model), model.state_dict(), type_map={"linear": broken})

@@ -61,6 +61,7 @@ from ..errors import (
     LossyConversionWarning,
     MissingShapeError,
     NirBridgeError,
+    NodeConversionError,
     ParameterError,
     RepairWarning,
     ShapeMismatchError,
@@ -223,7 +224,12 @@ def _generic_to_nir(cls: type, attributes: dict[str, Any], parameters: _Paramete
         elif name not in kwargs and name != "metadata":
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise _MissingParameter(name)
-    return cls(**kwargs)
+        elif isinstance(kwargs.get(name), list):  # JSON gives arrays back as lists
+            kwargs[name] = np.asarray(kwargs[name])
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError, AttributeError, IndexError) as error:
+        raise ParameterError(f"{cls.__name__}({', '.join(kwargs)}) cannot be built: {error}") from None
 
 
 # ----------------------------------------------------------------------------- NIR → elasticai
@@ -549,6 +555,7 @@ class _IrToNir:
                 self.parameters.setdefault(owner, {})[field] = value
         self.used: dict[str, set[str]] = {}
         self.fields: list[tuple[nir.NIRNode, dict[str, Any]]] = []  # nir_fields, applied last
+        self.declared: list[tuple[str, nir.Output, np.ndarray]] = []  # output shapes the IR gives
 
     def check_types(self) -> None:
         offenders: dict[str, list[str]] = {}
@@ -597,13 +604,15 @@ class _IrToNir:
             kind = record["type"]
             if kind in _IO:
                 shape = record.get("shape")
-                value = None if shape is None else np.array(_ints(shape, len(shape), "shape"), dtype=np.int64)
+                value = (
+                    None
+                    if shape is None
+                    else np.array(_shape_value(shape, f"the shape of IR node {label!r}"), dtype=np.int64)
+                )
                 node = nir.Input(input_type={"input": value}) if kind == "input" else nir.Output(None)
                 node.metadata = dict(record.get("nir_metadata") or {})
                 if kind == "output" and value is not None:  # a declared shape wins over the inferred
-                    self.fields.append(
-                        (node, {"input_type": {"input": value}, "output_type": {"output": value}})
-                    )
+                    self.declared.append((label, node, value))
             else:
                 sub = self.impls[self.implementation(record, label)]
                 node = self.graph(sub, label) if sub.type in _GRAPH_TYPES else self.node(sub, label)
@@ -644,6 +653,8 @@ class _IrToNir:
                 ) from None
             except NirBridgeError as error:
                 raise type(error)(f"{where}: {error}") from None
+            except Exception as error:  # a converter from the user's type_map
+                raise NodeConversionError(label, impl.type, error) from error
         for warning in caught:
             warnings.warn_explicit(
                 f"{where}: {warning.message}", warning.category, warning.filename, warning.lineno
@@ -686,7 +697,7 @@ def _input_shapes(
     shapes = {}
     for name in the_plan.inputs:
         declared = _declared(graph.nodes[name])
-        shape = tuple(int(s) for s in given[name]) if name in given else declared
+        shape = _shape_value(given[name], f"input_shape for {name!r}") if name in given else declared
         if declared is not None and shape != declared:
             raise ShapeMismatchError(
                 f"input_shape gives input {name!r} the shape {shape}, but the IR node says {declared}"
@@ -708,6 +719,18 @@ def _input_shapes(
         graph.nodes[name].output_type = {"output": np.array(shape, dtype=np.int64)}
         shapes[name] = shape
     return shapes
+
+
+def _shape_value(value: Any, what: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(s) for s in np.asarray(value).reshape(-1)) if np.ndim(value) == 1 else None
+    except (TypeError, ValueError):
+        shape = None
+    if shape is None or any(s < 1 for s in shape):
+        raise ParameterError(
+            f"{what} must be a tuple of positive ints without the batch axis, such as (2, 10); got {value!r}"
+        )
+    return shape
 
 
 def _set_shapes(graph: nir.NIRGraph, shapes: graph_utils.Shapes, path: str) -> None:
@@ -757,6 +780,15 @@ def _ir_to_graph(
     # as nirbridge.read keeps them; nir_to_torch repairs them
     shapes = graph_utils.infer_shapes(graph, the_plan, inputs)
     _set_shapes(graph, shapes, "")
+    for label, output, shape in build.declared:
+        inferred = np.asarray(output.output_type["output"])
+        if int(np.prod(shape)) != int(np.prod(inferred)):
+            raise ShapeMismatchError(
+                f"IR output node {label!r} declares shape {tuple(int(s) for s in shape)}, but "
+                f"{tuple(int(s) for s in inferred)} arrives; "
+                "correct or remove its 'shape'"
+            )
+        output.input_type, output.output_type = {"input": shape}, {"output": shape}
     for node, fields in build.fields:
         for field, value in fields.items():
             setattr(node, field, value)
@@ -858,10 +890,13 @@ class _NirToIr:
             keep = _from_literal(extra["elasticai.parameters"], f"node {path!r}: elasticai.parameters")
             parameters = {k: v for k, v in parameters.items() if k in keep}
         if target in self.impls:
-            self.shared(target, path, parameters)
-            return node_record
+            if "elasticai.node" in extra:  # IR nodes that share one implementation
+                self.shared(target, path, parameters)
+                return node_record
+            target = _unique(target, self.impls)  # "a.b" at the top and "b" in graph "a"
+            node_record["implementation"] = target
         self.owner[target] = path
-        if kind == "NIRGraph" or isinstance(node, nir.NIRGraph):
+        if kind in _GRAPH_TYPES and isinstance(node, nir.NIRGraph):
             record = {**attributes, "nodes": {}, "edges": {}, "name": target, "type": kind}
             self.impls[target] = record
             self.fill(node, record, target, extra)
@@ -889,6 +924,13 @@ class _NirToIr:
 
 
 # ----------------------------------------------------------------------------- the round trip's record
+
+
+def _unique(name: str, taken: Mapping[str, Any]) -> str:
+    count = 1
+    while f"{name}_{count}" in taken:
+        count += 1
+    return f"{name}_{count}"
 
 
 def _rename(record: dict[str, Any], old: str, new: str) -> None:
@@ -932,6 +974,8 @@ def _record_ir_in_metadata(
     reached = {root}
 
     def note(target: dict[str, Any], key: str, value: Any, what: str) -> None:
+        if isinstance(value, dict):  # keep the entries that can be kept
+            value = {k: v for k, v in value.items() if _literal(v, f"{what}, {k!r}") is not None}
         text = _literal(value, what)
         if text is not None:
             target[key] = text
@@ -958,7 +1002,7 @@ def _record_ir_in_metadata(
                 )
             kept = given_keys.get(target, [])
             rebuilt_keys = sorted(rebuilt_fields.get(back_target, []))
-            if isinstance(node, nir.NIRGraph):
+            if isinstance(node, nir.NIRGraph) and impls[target].type in _GRAPH_TYPES:
                 if not _same(original["edges"], rebuilt["edges"]):
                     note(metadata, "elasticai.edges", original["edges"], f"the edges of {target!r}")
                 visit(node, impls[target], rebuilt)
@@ -1024,11 +1068,24 @@ def _record_nir_in_ir(graph: nir.NIRGraph, ir: IR, rebuilt: nir.NIRGraph) -> Non
 
 
 def _same_field(a: Any, b: Any) -> bool:
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(_same_field(a[k], b[k]) for k in a)
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return _same(np.asarray(a), np.asarray(b)) and type(a) is type(b)
-    return _same(a, b)
+    """Equal NIR field values: the same values, shape and (for numbers) dtype, whether
+    held as Python or numpy scalars, as files give them back."""
+    if isinstance(a, Mapping) or isinstance(b, Mapping):
+        return (
+            isinstance(a, Mapping)
+            and isinstance(b, Mapping)
+            and a.keys() == b.keys()
+            and all(_same_field(a[k], b[k]) for k in a)
+        )
+    if a is None or b is None:
+        return a is b
+    try:
+        x, y = np.asarray(a), np.asarray(b)
+    except (ValueError, TypeError):
+        return _same(a, b)
+    if x.dtype.kind in "USO" or y.dtype.kind in "USO":
+        return x.shape == y.shape and bool(np.all(x == y))
+    return _same(x, y)
 
 
 # ----------------------------------------------------------------------------- public API
@@ -1114,10 +1171,15 @@ def from_nir(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LossyConversionWarning)
         warnings.simplefilter("ignore", RepairWarning)  # the graph's own, already reported
+        inputs = {
+            name: node.input_type["input"]
+            for name, node in graph.nodes.items()
+            if isinstance(node, nir.Input) and node.input_type.get("input") is not None
+        }
         try:
-            rebuilt, _ = _ir_to_graph(impls, root, state, None, TO_NIR)
-        except NirBridgeError:  # types from the user's map that TO_NIR does not know
-            return ir, state
+            rebuilt, _ = _ir_to_graph(impls, root, state, inputs or None, TO_NIR)
+        except (UnsupportedImplementationError, MissingShapeError):
+            return ir, state  # types from the user's map, or inputs of unknown shape: nothing to compare
     _record_nir_in_ir(graph, ir, rebuilt)
     return ir, state
 
@@ -1128,6 +1190,7 @@ def write(
     state_dict: Mapping[str, Any] | None = None,
     *,
     input_shape: Any = None,
+    type_map: Mapping[str, ToNir] | None = None,
 ) -> None:
     """Write an elasticai.creator IR and its weights as a ``.nir`` file (see :func:`to_nir`).
 
@@ -1135,9 +1198,15 @@ def write(
     the same IR and state_dict. Written to a temporary file and renamed, as
     :func:`nirbridge.write` does.
     """
-    io.write(path, to_nir(ir, state_dict, input_shape=input_shape))
+    io.write(path, to_nir(ir, state_dict, input_shape=input_shape, type_map=type_map))
 
 
-def read(path: str | os.PathLike[str]) -> tuple[IR, StateDict]:
-    """Read a ``.nir`` file as ``(ir, state_dict)`` (see :func:`from_nir`)."""
-    return from_nir(io.read(path))
+def read(
+    path: str | os.PathLike[str], *, type_map: Mapping[type, FromNir] | None = None
+) -> tuple[IR, StateDict]:
+    """Read a ``.nir`` file as ``(ir, state_dict)`` (see :func:`from_nir`).
+
+    An IR written without shapes (``input_shape=`` given to :func:`write`) comes back
+    without them, as it was; give ``input_shape`` again to convert it.
+    """
+    return from_nir(io.read(path), type_map=type_map)

@@ -13,7 +13,7 @@ cost shows whether a step grows linearly with the graph.
 from __future__ import annotations
 
 import argparse
-import time
+import timeit
 import warnings
 
 import torch
@@ -28,12 +28,7 @@ from nirbridge.adapters import elasticai
 
 
 def best(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(timeit.repeat(fn, number=1, repeat=repeats))
 
 
 def measure(n: int, repeats: int) -> dict[str, float | None]:

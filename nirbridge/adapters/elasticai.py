@@ -67,7 +67,7 @@ from ..errors import (
     ShapeMismatchError,
     UnsupportedImplementationError,
 )
-from ..layers import _nir_dim, conv_node
+from ..layers import _nir_dim, _padding, conv_node
 
 __all__ = ["FROM_NIR", "TO_NIR", "from_nir", "read", "to_nir", "write"]
 
@@ -266,17 +266,12 @@ def conv_from_nir(node: nir.Conv1d | nir.Conv2d) -> tuple[str, dict[str, Any], d
     if weight.ndim != dims + 2 or bias is None or bias.shape != (weight.shape[0],):
         return None
     groups = _int(node.groups)
-    padding = node.padding
-    if isinstance(padding, np.ndarray) and padding.dtype.kind in "SUO":
-        padding = padding.reshape(-1)[0]
-    if isinstance(padding, bytes):
-        padding = padding.decode()
     attributes = {
         "in_channels": weight.shape[1] * groups,
         "out_channels": weight.shape[0],
         "kernel_size": tuple(int(k) for k in weight.shape[2:]),
         "stride": _ints(node.stride, dims, "stride"),
-        "padding": padding if isinstance(padding, str) else _ints(padding, dims, "padding"),
+        "padding": _padding(node.padding, dims, type(node).__name__),
         "dilation": _ints(node.dilation, dims, "dilation"),
         "groups": groups,
         "bias": True,

@@ -950,7 +950,6 @@ def _record_ir_in_metadata(
     graph: nir.NIRGraph,
     impls: dict[str, _Impl],
     root: str,
-    state: Mapping[str, Any] | None,
     used: Mapping[str, set[str]],
     back: IR,
     back_state: StateDict,
@@ -958,10 +957,7 @@ def _record_ir_in_metadata(
     """Store in ``graph``'s metadata what NIR → IR would not give back as ``impls`` holds it."""
     structural = ("nodes", "edges", *_SIDE_CHANNEL)
     originals = {name: _as_dict(impl, name == root) for name, impl in impls.items()}
-    given_keys = {
-        name: sorted(f for f in fields if f in used.get(name, set()))
-        for name, fields in _parameter_fields(state, impls).items()
-    }
+    given_keys = {name: sorted(fields) for name, fields in used.items()}  # state_dict fields in NIR
     rebuilt_fields: dict[str, list[str]] = {}
     for key in back_state:
         owner, _, field = key.rpartition(".")
@@ -1020,15 +1016,6 @@ def _record_ir_in_metadata(
             LossyConversionWarning,
             stacklevel=3,
         )
-
-
-def _parameter_fields(state: Mapping[str, Any] | None, impls: Mapping[str, _Impl]) -> dict[str, list[str]]:
-    fields: dict[str, list[str]] = {}
-    for key in state or {}:
-        owner, _, field = str(key).rpartition(".")
-        if owner in impls and field:
-            fields.setdefault(owner, []).append(field)
-    return fields
 
 
 def _record_nir_in_ir(graph: nir.NIRGraph, ir: IR, rebuilt: nir.NIRGraph) -> None:
@@ -1130,7 +1117,7 @@ def to_nir(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LossyConversionWarning)  # the reverse only serves comparison
         back, back_state = _NirToIr(FROM_NIR).run(graph)
-    _record_ir_in_metadata(graph, impls, root, state_dict, build.used, back, back_state)
+    _record_ir_in_metadata(graph, impls, root, build.used, back, back_state)
     return graph
 
 

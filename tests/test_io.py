@@ -261,6 +261,19 @@ def test_a_file_holding_a_single_node_reads_as_that_node(tmp_path):
         assert_same(node, nir.dict2NIRNode(nir.serialization.hdf2dict(f["node"])))
 
 
+def _has_metadata_key(graph: nir.NIRGraph) -> bool:
+    """Whether a metadata dict nests a key called ``metadata``: nir 1.0.8's writer treats
+    every such key as a node's metadata, so it skips an empty dict and fails on values."""
+
+    def nested(value) -> bool:
+        return isinstance(value, dict) and any(k == "metadata" or nested(v) for k, v in value.items())
+
+    return nested(dict(graph.metadata or {})) or any(
+        _has_metadata_key(node) if isinstance(node, nir.NIRGraph) else nested(dict(node.metadata or {}))
+        for node in graph.nodes.values()
+    )
+
+
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
 )
@@ -272,8 +285,9 @@ def test_random_graphs_round_trip_both_ways_with_nir(tmp_path_factory, graph):
     assert_same(graph, nirbridge.read(ours))
     assert_same(graph, nir.read(ours, type_check=False), dtypes=False)
     nir.read(ours)  # well-typed graphs pass nir's own type check from nirbridge's file
-    nir.write(theirs, graph)
-    assert_same(graph, nirbridge.read(theirs), order=False)
+    if not _has_metadata_key(graph):  # nir.write crashes on it or drops it (write_recursive)
+        nir.write(theirs, graph)
+        assert_same(graph, nirbridge.read(theirs), order=False)
     buffer = io.BytesIO()
     nirbridge.write(buffer, graph, compression="gzip")
     assert_same(graph, nirbridge.read(buffer))

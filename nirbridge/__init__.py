@@ -9,7 +9,9 @@ semantics are documented in :mod:`nirbridge.neurons.functional` and
 """
 
 from . import neurons as neurons
+from .errors import CompileWarning as CompileWarning
 from .errors import GraphStructureError as GraphStructureError
+from .errors import InputError as InputError
 from .errors import LossyConversionWarning as LossyConversionWarning
 from .errors import MissingNodeError as MissingNodeError
 from .errors import MissingShapeError as MissingShapeError
@@ -30,6 +32,9 @@ from .interpret import DEFAULT_MAP as DEFAULT_MAP
 from .interpret import nir_to_torch as nir_to_torch
 from .io import read as read
 from .io import write as write
+from .run import Run as Run
+from .run import run as run
+from .schedule import RecordError as RecordError
 from .state import StateError as StateError
 from .trace import torch_to_nir as torch_to_nir
 
@@ -37,7 +42,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_MAP",
+    "CompileWarning",
     "GraphStructureError",
+    "InputError",
     "LossyConversionWarning",
     "MissingNodeError",
     "MissingShapeError",
@@ -47,7 +54,9 @@ __all__ = [
     "NirFileWarning",
     "NodeConversionError",
     "ParameterError",
+    "RecordError",
     "RepairWarning",
+    "Run",
     "ShapeMismatchError",
     "StateError",
     "TraceError",
@@ -59,6 +68,7 @@ __all__ = [
     "neurons",
     "nir_to_torch",
     "read",
+    "run",
     "torch_to_nir",
     "write",
 ]

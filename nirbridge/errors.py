@@ -114,6 +114,10 @@ class ShapeMismatchError(NirBridgeError):
     """A node's parameters do not fit the shape of what flows into it."""
 
 
+class InputError(NirBridgeError):
+    """Inputs given to a module or to :func:`nirbridge.run` do not fit the graph's Input nodes."""
+
+
 class ParameterError(NirBridgeError):
     """A parameter value is unusable (wrong shape, wrong kind, out of range)."""
 
@@ -152,6 +156,10 @@ class LossyConversionWarning(NirBridgeWarning):
 
 class NirFileWarning(NirBridgeWarning):
     """A .nir file was read, but part of it does not fit NIR; the message names what."""
+
+
+class CompileWarning(NirBridgeWarning):
+    """``run(compile=True)`` could not compile and ran in eager mode instead."""
 
 
 class RepairWarning(NirBridgeWarning):

@@ -36,6 +36,7 @@ __all__ = [
     "Plan",
     "check_edges",
     "check_structure",
+    "cycles",
     "evaluation_order",
     "Shapes",
     "infer_shapes",
@@ -200,6 +201,74 @@ def plan(graph: nir.NIRGraph, path: str = "", strict: bool = True) -> Plan:
                 f"node {name!r}{_where(path)} has no incoming edge. Connect it or remove it."
             )
     return Plan(order, incoming, delayed_sources, inputs, outputs)
+
+
+def cycles(the_plan: Plan) -> list[tuple[list[str], bool]]:
+    """Group a level's nodes into strongly connected components, for running whole
+    sequences: ``[(members, cyclic), ...]``.
+
+    Every delayed edge lies inside one component (it closes a cycle), so a component
+    that is not ``cyclic`` (one node, no self-loop) can be evaluated over all time steps
+    at once, while a cyclic one must be stepped, its members in plan order. Components
+    come in the order of their first member in ``the_plan.order``: for a depth-first
+    reverse post-order this is a topological order of the component graph, so each
+    component comes after every component that feeds it. Linear time (Tarjan's
+    algorithm, iterative).
+    """
+    order = the_plan.order
+    position = {name: i for i, name in enumerate(order)}
+    successors: dict[str, list[str]] = {name: [] for name in order}
+    self_loops: set[str] = set()
+    for target, sources in the_plan.incoming.items():
+        if target not in position:
+            continue
+        for source, _ in sources:
+            if source in position:
+                successors[source].append(target)
+                if source == target:
+                    self_loops.add(source)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    component: dict[str, int] = {}
+    count = 0
+    for root in order:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, cursor = work[-1]
+            if cursor < len(successors[node]):
+                work[-1] = (node, cursor + 1)
+                nxt = successors[node][cursor]
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component[member] = count
+                    if member == node:
+                        break
+                count += 1
+    groups: dict[int, list[str]] = {}
+    for name in order:  # members in plan order, groups by their first member
+        groups.setdefault(component[name], []).append(name)
+    return [(members, len(members) > 1 or members[0] in self_loops) for members in groups.values()]
 
 
 # ----------------------------------------------------------------------------- shapes

@@ -363,6 +363,7 @@ def _build(
         for source in the_plan.delayed_sources
     }
     new_node_states: dict[str, fx.Node] = {}
+    late_shapes: dict[str, tuple[int, ...]] = {}  # input shapes of nodes fed only by delayed edges
     for name in the_plan.order:
         node = nodes[name]
         if isinstance(node, nir.Input):
@@ -382,6 +383,7 @@ def _build(
                     f"node {_label(path, name)!r} is fed only through delayed edges and the "
                     "shape of its input cannot be inferred; give its sources fixed shapes"
                 )
+            late_shapes[name] = tuple(shape)
             x = g.create_node(
                 "call_function", delayed_only, (reference, tuple(shape), *late), name=f"{_safe(name)}_in"
             )
@@ -422,6 +424,9 @@ def _build(
         "inputs": list(the_plan.inputs),
         "outputs": list(the_plan.outputs),
         "module_paths": module_paths,
+        # how one step is evaluated, for nirbridge.run's time-batched schedule
+        "plan": the_plan,
+        "late_shapes": late_shapes,
         # what torch_to_nir needs to export the graph again with current parameters
         "order": list(nodes),
         "edges": [(str(a), str(b)) for a, b in graph.edges],

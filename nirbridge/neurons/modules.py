@@ -18,6 +18,7 @@ import torch
 
 from ..errors import ParameterError
 from . import functional as F
+from . import scan as S
 
 __all__ = ["DEFAULT_DT", "I", "IF", "LI", "LIF", "CubaLI", "CubaLIF", "Delay"]
 
@@ -94,6 +95,41 @@ class _Neuron(torch.nn.Module):
                     pass  # left for torch to report as a size mismatch
         super()._load_from_state_dict(state_dict, prefix, *args)
 
+    def scan(
+        self, x: torch.Tensor, state: Any = None, trace: bool = False
+    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
+        """Run ``x`` of shape ``[T, B, ...]`` through ``T`` steps: ``(outputs, state, traces)``.
+
+        Equal to calling ``forward`` ``T`` times. ``traces`` holds the state variables
+        after each step (``{"v": [T, B, ...]}``) when ``trace`` is true. Without
+        gradients a fused kernel of :mod:`.scan` runs; with them, the steps.
+        """
+        if state is None:
+            state = self.initial_state(x[0])
+        needs_grad = torch.is_grad_enabled() and (
+            x.requires_grad
+            or any(getattr(self, n).requires_grad for n in self.params)
+            or any(isinstance(s, torch.Tensor) and s.requires_grad for s in state)
+        )
+        if not needs_grad:
+            return self._scan(x, state, trace)
+        outs, traces = [], {}
+        for t in range(x.shape[0]):
+            out, state = self(x[t], state)
+            outs.append(out)
+            for name, value in state._asdict().items() if trace else ():
+                traces.setdefault(name, []).append(value)
+        return torch.stack(outs), state, {k: torch.stack(v) for k, v in traces.items()}
+
+    def initial_state(self, x: torch.Tensor) -> Any:
+        """The state before the first step, for one step's input ``x`` ``[B, ...]``."""
+        raise NotImplementedError
+
+    def _scan(
+        self, x: torch.Tensor, state: Any, trace: bool
+    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
     def _shape(self, x: torch.Tensor) -> torch.Size:
         return torch.broadcast_shapes(x.shape, *(getattr(self, n).shape for n in self.params))
 
@@ -131,10 +167,18 @@ class I(_Neuron):  # noqa: E742
     def __init__(self, r: ArrayLike = 1.0, *, dt: float = DEFAULT_DT) -> None:
         super().__init__(dt, r=r)
 
+    def initial_state(self, x: torch.Tensor) -> F.IState:
+        return F.IState(x.new_zeros(self._shape(x)))
+
     def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
         if state is None:
-            state = F.IState(x.new_zeros(self._shape(x)))
+            state = self.initial_state(x)
         return F.i_step(x, state, self.r, self.dt)
+
+    def _scan(
+        self, x: torch.Tensor, state: F.IState, trace: bool
+    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
+        return S.i_scan(x, state, self.r, self.dt, trace)
 
 
 class LI(_Neuron):
@@ -155,10 +199,18 @@ class LI(_Neuron):
     ) -> None:
         super().__init__(dt, tau=tau, r=r, v_leak=v_leak)
 
+    def initial_state(self, x: torch.Tensor) -> F.IState:
+        return F.IState(x.new_zeros(self._shape(x)) + self.v_leak)
+
     def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
         if state is None:
-            state = F.IState(x.new_zeros(self._shape(x)) + self.v_leak)
+            state = self.initial_state(x)
         return F.li_step(x, state, self.tau, self.r, self.v_leak, self.dt)
+
+    def _scan(
+        self, x: torch.Tensor, state: F.IState, trace: bool
+    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
+        return S.li_scan(x, state, self.tau, self.r, self.v_leak, self.dt, trace)
 
 
 class IF(_Neuron):
@@ -185,10 +237,18 @@ class IF(_Neuron):
     ) -> None:
         super().__init__(dt, r=r, v_threshold=v_threshold, v_reset=v_reset)
 
+    def initial_state(self, x: torch.Tensor) -> F.IState:
+        return F.IState(x.new_zeros(self._shape(x)))
+
     def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
         if state is None:
-            state = F.IState(x.new_zeros(self._shape(x)))
+            state = self.initial_state(x)
         return F.if_step(x, state, self.r, self.v_threshold, self.v_reset, self.dt)
+
+    def _scan(
+        self, x: torch.Tensor, state: F.IState, trace: bool
+    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
+        return S.if_scan(x, state, self.r, self.v_threshold, self.v_reset, self.dt, trace)
 
 
 class LIF(_Neuron):
@@ -220,10 +280,20 @@ class LIF(_Neuron):
     ) -> None:
         super().__init__(dt, tau=tau, r=r, v_leak=v_leak, v_threshold=v_threshold, v_reset=v_reset)
 
+    def initial_state(self, x: torch.Tensor) -> F.IState:
+        return F.IState(x.new_zeros(self._shape(x)) + self.v_leak)
+
     def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
         if state is None:
-            state = F.IState(x.new_zeros(self._shape(x)) + self.v_leak)
+            state = self.initial_state(x)
         return F.lif_step(x, state, self.tau, self.r, self.v_leak, self.v_threshold, self.v_reset, self.dt)
+
+    def _scan(
+        self, x: torch.Tensor, state: F.IState, trace: bool
+    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
+        return S.lif_scan(
+            x, state, self.tau, self.r, self.v_leak, self.v_threshold, self.v_reset, self.dt, trace
+        )
 
 
 class CubaLI(_Neuron):
@@ -255,13 +325,23 @@ class CubaLI(_Neuron):
     ) -> None:
         super().__init__(dt, tau_syn=tau_syn, tau_mem=tau_mem, r=r, v_leak=v_leak, w_in=w_in)
 
+    def initial_state(self, x: torch.Tensor) -> F.CubaLIState:
+        zeros = x.new_zeros(self._shape(x))
+        return F.CubaLIState(zeros, zeros + self.v_leak)
+
     def forward(
         self, x: torch.Tensor, state: F.CubaLIState | None = None
     ) -> tuple[torch.Tensor, F.CubaLIState]:
         if state is None:
-            zeros = x.new_zeros(self._shape(x))
-            state = F.CubaLIState(zeros, zeros + self.v_leak)
+            state = self.initial_state(x)
         return F.cuba_li_step(x, state, self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in, self.dt)
+
+    def _scan(
+        self, x: torch.Tensor, state: Any, trace: bool
+    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
+        return S.cuba_scan(
+            x, state, self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in, self.dt, trace=trace
+        )
 
 
 class CubaLIF(_Neuron):
@@ -305,12 +385,32 @@ class CubaLIF(_Neuron):
             w_in=w_in,
         )
 
+    def initial_state(self, x: torch.Tensor) -> F.CubaLIState:
+        zeros = x.new_zeros(self._shape(x))
+        return F.CubaLIState(zeros, zeros + self.v_leak)
+
+    def _scan(
+        self, x: torch.Tensor, state: Any, trace: bool
+    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
+        return S.cuba_scan(
+            x,
+            state,
+            self.tau_syn,
+            self.tau_mem,
+            self.r,
+            self.v_leak,
+            self.w_in,
+            self.dt,
+            self.v_threshold,
+            self.v_reset,
+            trace,
+        )
+
     def forward(
         self, x: torch.Tensor, state: F.CubaLIState | None = None
     ) -> tuple[torch.Tensor, F.CubaLIState]:
         if state is None:
-            zeros = x.new_zeros(self._shape(x))
-            state = F.CubaLIState(zeros, zeros + self.v_leak)
+            state = self.initial_state(x)
         return F.cuba_lif_step(
             x,
             state,

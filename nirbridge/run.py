@@ -1,0 +1,603 @@
+"""Run a whole input sequence through an imported graph in one call, with recordings.
+
+``nirbridge.run(module, inputs)`` gives the values that stepping ``out, state =
+module(x_t, state)`` over every time step gives, bit for bit where the operations are
+the same, in fewer and larger operations (see :mod:`nirbridge.schedule`). The result,
+a :class:`Run`, holds the outputs over time, the state after the last step (pass it
+back as ``state=`` to continue), and the recorded node outputs and neuron state
+variables; it converts to nir's ``NIRGraphData`` and draws rasters and traces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import nir
+import numpy as np
+import torch
+
+from .errors import InputError, ParameterError
+from .schedule import SPIKING, Level, RecordError, Request, is_built, level_of, run_chunk
+from .state import DELAYED, NODES, StateError
+
+__all__ = ["CHUNK_BYTES", "Run", "run"]
+
+CHUNK_BYTES = 8 << 20
+"""Automatic chunking keeps the values one chunk computes around this many bytes."""
+
+_FIRST_CHUNK = 16  # steps run before the chunk length is chosen from what they allocated
+_PROGRESS_DELAY = 2.0  # seconds before an automatic progress bar appears
+
+
+@dataclasses.dataclass
+class Run:
+    """The result of :func:`run`.
+
+    Attributes:
+        output: ``[T, B, ...]`` over time, or a dict of them by Output name.
+        state: the state after the last step, in the module's layout; pass it as
+            ``state=`` to :func:`run`, or to the module, to continue.
+        records: recorded values over time, ``[T, B, ...]``, keyed by node path
+            (``"lif"``, ``"block.lif"``) for node outputs and by path and variable
+            (``"lif.v"``, ``"cuba.i"``) for neuron state variables after each step.
+        dt: the time step of the module, in seconds.
+        spiking: the record keys (and ``"output"`` keys) that hold spikes.
+    """
+
+    output: torch.Tensor | dict[str, torch.Tensor]
+    state: dict[str, Any]
+    records: dict[str, torch.Tensor]
+    dt: float
+    spiking: frozenset[str] = frozenset()
+    layout: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict, repr=False)
+    """record key -> (node path, observable): ``("lif", "output")``, ``("lif", "v")``."""
+
+    def __repr__(self) -> str:
+        def shape(t: torch.Tensor) -> str:
+            return f"{list(t.shape)} {str(t.dtype).replace('torch.', '')}"
+
+        out = (
+            shape(self.output)
+            if isinstance(self.output, torch.Tensor)
+            else "{" + ", ".join(f"{k!r}: {shape(v)}" for k, v in self.output.items()) + "}"
+        )
+        lines = [f"Run(dt={self.dt:g}, output={out}, records={len(self.records)})"]
+        lines += [f"  {key}: {shape(value)}" for key, value in self.records.items()]
+        return "\n".join(lines)
+
+    def to_nir_data(self) -> nir.NIRGraphData:
+        """The records as nir's ``NIRGraphData``.
+
+        Spikes become ``EventData`` (each sample's events in time order, ``idx`` the
+        flat neuron index, ``time`` = step · dt, padded with -1 / inf), continuous
+        values ``TimeGriddedData`` of shape ``(B, T, neurons)`` with ``dt``. Node paths
+        nest as in the graph: ``"block.lif"`` is ``nodes["block"].nodes["lif"]``; a
+        node's output is the observable ``"output"`` and its state variables keep
+        their names (``"v"``, ``"i"``).
+        """
+        return records_to_graph_data(self.records, self.layout, self.spiking, self.dt)
+
+    def raster(self, node: str, *, sample: int = 0, ax: Any = None) -> Any:
+        """Draw the spikes of recorded node ``node`` (one sample) as a raster; returns the figure."""
+        from .plot import raster
+
+        return raster(self, node, sample=sample, ax=ax)
+
+    def plot(self, *keys: str, sample: int = 0, neurons: Sequence[int] | int = 8) -> Any:
+        """Draw recorded values over time: a raster for spikes, traces (the first
+        ``neurons`` neurons, or those listed) for continuous values, one panel per
+        key (all records when none are given); returns the figure."""
+        from .plot import plot
+
+        return plot(self, *keys, sample=sample, neurons=neurons)
+
+
+def run(
+    module: Any,
+    inputs: torch.Tensor | Mapping[str, torch.Tensor] | Sequence[torch.Tensor],
+    *,
+    state: Any = None,
+    record: str | Iterable[str] = (),
+    dt: float | None = None,
+    chunk: int | None = None,
+    compile: bool = False,
+    progress: bool | None = None,
+    bool_spikes: bool = False,
+) -> Run:
+    """Run a whole time sequence through a module :func:`nirbridge.nir_to_torch` built.
+
+    The result equals stepping ``out, state = module(x[t], state)`` for ``t`` in
+    ``range(T)``: spikes identical, every value equal to the last bit where the
+    operations are the same (stateless layers run once over all steps of a chunk with
+    the time axis folded into the batch axis; neurons are scanned over time; recurrent
+    loops are stepped together). Gradients flow through it (BPTT with the surrogate
+    spike gradients) on the eager path.
+
+    Args:
+        module: a module built by :func:`nirbridge.nir_to_torch` (or by the norse and
+            snntorch adapters' ``from_nir``), a ``nir.NIRGraph`` or a path to a
+            ``.nir`` file (built with ``nir_to_torch(dt=dt)``), or a single stateful
+            or stateless module.
+        inputs: time first, ``[T, B, ...]``; several Input nodes take a dict by Input
+            name (or a sequence in graph order). bool and integer spike tensors are
+            cast to the module's floating dtype, chunk by chunk; other floating
+            dtypes raise :class:`InputError`. Chunks are moved to the module's device.
+        state: the state to start from (``None``: fresh), as the module returns it.
+        record: node paths to record (``"lif"``: its output and state variables;
+            ``"lif.v"``: one variable; ``"block.lif"``: inside a subgraph), or
+            ``"all"`` for every node.
+        dt: for a graph or path, the time step to build it with; for a built
+            module, it must match the module's own time step (rebuild otherwise).
+        chunk: time steps per chunk; ``None`` picks one that keeps a chunk's values
+            near :data:`CHUNK_BYTES`. Results do not depend on it.
+        compile: run each chunk as one ``torch.compile``'d function (see
+            :mod:`nirbridge.compiled`); falls back to eager with a warning if
+            compilation fails.
+        progress: a tqdm progress bar; ``None`` shows one in a terminal or notebook
+            once a run has taken two seconds.
+        bool_spikes: store recorded spikes, and outputs that are spikes, as
+            ``torch.bool`` (a quarter of float32's memory).
+
+    Returns:
+        A :class:`Run`.
+
+    Raises:
+        InputError: inputs that do not fit the graph's Input nodes, or ``T == 0``.
+        StateError: a state that is not one this module returned.
+        RecordError: ``record`` names a node or variable the module lacks.
+    """
+    module, built_dt = _module(module, dt)
+    level = level_of(module) if is_built(module) else None
+    names = level.inputs if level is not None else ["input"]
+    sequences = _inputs(inputs, names)
+    dtype, device = _dtype_device(module)
+    steps = _check_inputs(module, level, sequences, dtype)
+    _check_state(level, state, "state")
+    request = _request(level, record)
+    if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
+        raise ParameterError(f"run(chunk={chunk!r}): give a whole number of time steps, at least 1")
+
+    stepper = _eager_stepper(module, level, request)
+    if compile:
+        from .compiled import compiled_stepper
+
+        stepper = compiled_stepper(module, level, request, stepper)
+
+    need_grad = torch.is_grad_enabled() and (
+        any(p.requires_grad for p in module.parameters())
+        or any(s.requires_grad for s in sequences.values())
+        or _any_grad(state)
+    )
+    spike_types = _spike_types(level, module)
+    collector = _Collector(steps, need_grad, bool_spikes)
+    bar = _progress(progress, steps)
+    try:
+        start = 0
+        length = chunk or min(steps, _FIRST_CHUNK)
+        while start < steps:
+            stop = min(steps, start + length)
+            xs = {name: _cast(seq[start:stop], dtype, device) for name, seq in sequences.items()}
+            outputs, state, recorded, chunk_bytes = stepper(xs, state)
+            for name, value in outputs.items():
+                collector.add(("", name), value, start, spike_types.get(name) in SPIKING)
+            for (path, var), value in recorded.items():
+                collector.add((path, var), value, start, var is None and spike_types.get(path) in SPIKING)
+            if chunk is None and start == 0:
+                length = max(_FIRST_CHUNK, min(4096, CHUNK_BYTES * (stop - start) // max(1, chunk_bytes)))
+            if bar is not None:
+                bar.update(stop - start)
+            start = stop
+    finally:
+        if bar is not None:
+            bar.close()
+    output_names = level.outputs if level is not None else ["output"]
+    outputs = {name: collector.result(("", name)) for name in output_names}
+    records: dict[str, torch.Tensor] = {}
+    layout: dict[str, tuple[str, str]] = {}
+    for path, var in collector.keys():
+        if path == "":
+            continue
+        key = path if var is None else f"{path}.{var}"
+        if key in records:
+            raise RecordError(
+                f"record: {key!r} names both a node's output and a state variable of node "
+                f"{key.rsplit('.', 1)[0]!r}; record them one at a time"
+            )
+        records[key] = collector.result((path, var))
+        layout[key] = (path, "output" if var is None else var)
+    return Run(
+        output=outputs[output_names[0]] if len(output_names) == 1 else outputs,
+        state=state,
+        records=records,
+        dt=built_dt,
+        spiking=frozenset(
+            k for k, (path, obs) in layout.items() if obs == "output" and spike_types.get(path) in SPIKING
+        ),
+        layout=layout,
+    )
+
+
+def records_to_graph_data(
+    records: Mapping[str, torch.Tensor],
+    layout: Mapping[str, tuple[str, str]],
+    spiking: frozenset[str],
+    dt: float,
+) -> nir.NIRGraphData:
+    """Records ``[T, B, ...]`` as ``NIRGraphData``, nested by node path (see :meth:`Run.to_nir_data`)."""
+    root = nir.NIRGraphData(nodes={})
+    for key, value in records.items():
+        path, observable = layout.get(key, (key, "output"))
+        *parents, leaf = path.split(".")
+        graph = root
+        for part in parents:
+            child = graph.nodes.get(part)
+            if not isinstance(child, nir.NIRGraphData):
+                child = graph.nodes[part] = nir.NIRGraphData(nodes={})
+            graph = child
+        node = graph.nodes.get(leaf)
+        if not isinstance(node, nir.NIRNodeData):
+            node = graph.nodes[leaf] = nir.NIRNodeData(observables={})
+        array = value.detach().cpu()
+        steps, batch = array.shape[0], array.shape[1]
+        grid = array.reshape(steps, batch, -1).transpose(0, 1).numpy()  # (B, T, neurons)
+        if key in spiking:
+            node.observables[observable] = _events(grid != 0, dt)
+        else:
+            node.observables[observable] = nir.TimeGriddedData(np.ascontiguousarray(grid), dt)
+    return root
+
+
+def _events(spikes: np.ndarray, dt: float) -> nir.EventData:
+    """Spikes ``(B, T, neurons)`` as EventData: events in time order (neuron order
+    within a step), ``time = step * dt``, padded with index -1 and time inf."""
+    samples, steps, neurons = spikes.shape
+    counts = spikes.reshape(samples, -1).sum(axis=1)
+    width = int(counts.max()) if samples else 0
+    idx = np.full((samples, width), -1, dtype=np.int64)
+    time = np.full((samples, width), np.inf)
+    for sample in range(samples):
+        step, neuron = np.nonzero(spikes[sample])  # row-major: sorted by step, then neuron
+        idx[sample, : step.size] = neuron
+        time[sample, : step.size] = step * dt
+    return nir.EventData(idx=idx, time=time, n_neurons=neurons, t_max=steps * dt)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _module(module: Any, dt: float | None) -> tuple[torch.nn.Module, float]:
+    """The module to run and its time step."""
+    from .interpret import nir_to_torch
+    from .neurons.modules import DEFAULT_DT, check_dt
+
+    if isinstance(module, (str, os.PathLike, nir.NIRGraph)):
+        module = nir_to_torch(module, dt=dt)
+    if not isinstance(module, torch.nn.Module):
+        raise InputError(
+            f"run expects a module built by nirbridge.nir_to_torch, a nir.NIRGraph or a path to a "
+            f".nir file; got {type(module).__name__}"
+        )
+    own = module.meta.get("nirbridge", {}).get("dt") if hasattr(module, "meta") else None
+    if own is None:
+        own = getattr(module, "dt", None)
+    if dt is not None:
+        dt = check_dt(dt, "run(dt=...)")
+        if own is not None and not math.isclose(dt, own, rel_tol=1e-12):
+            raise ParameterError(
+                f"run(dt={dt:g}): the module was built for dt={own:g}, and its neurons integrate "
+                f"with that step. Rebuild it with nirbridge.nir_to_torch(graph, dt={dt:g}), or drop dt=."
+            )
+        return module, dt
+    return module, float(own) if own is not None else DEFAULT_DT
+
+
+def _inputs(inputs: Any, names: list[str]) -> dict[str, torch.Tensor]:
+    if isinstance(inputs, torch.Tensor):
+        if len(names) != 1:
+            raise InputError(
+                f"the graph has {len(names)} Input nodes {names}; pass a dict {{name: [T, B, ...]}} "
+                "or a sequence of tensors in that order"
+            )
+        return {names[0]: inputs}
+    if isinstance(inputs, Mapping):
+        unexpected = sorted(set(map(str, inputs)) - set(names))
+        missing = [n for n in names if n not in inputs]
+        if unexpected or missing:
+            raise InputError(
+                f"inputs: the graph's Input nodes are {names}; "
+                + (f"unexpected {unexpected}" if unexpected else "")
+                + ("; " if unexpected and missing else "")
+                + (f"missing {missing}" if missing else "")
+            )
+        chosen = {n: inputs[n] for n in names}
+    elif isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes)):
+        if len(inputs) != len(names):
+            raise InputError(f"inputs: {len(inputs)} tensors for the {len(names)} Input nodes {names}")
+        chosen = dict(zip(names, inputs))
+    else:
+        raise InputError(
+            f"inputs must be a tensor [T, B, ...] or a dict of them, got {type(inputs).__name__}"
+        )
+    for name, value in chosen.items():
+        if not isinstance(value, torch.Tensor):
+            raise InputError(f"input {name!r} must be a torch.Tensor [T, B, ...], got {type(value).__name__}")
+    return chosen
+
+
+def _dtype_device(module: torch.nn.Module) -> tuple[torch.dtype, torch.device]:
+    for tensor in (*module.parameters(), *module.buffers()):
+        if tensor.is_floating_point():
+            return tensor.dtype, tensor.device
+    return torch.get_default_dtype(), torch.device("cpu")
+
+
+def _check_inputs(
+    module: torch.nn.Module, level: Level | None, sequences: Mapping[str, torch.Tensor], dtype: torch.dtype
+) -> int:
+    io_nodes = module.meta["nirbridge"].get("io", {}) if level is not None else {}
+    steps = batch = None
+    for name, x in sequences.items():
+        shape = _declared_shape(io_nodes.get(name))
+        if x.dim() < 2:
+            raise InputError(
+                f"input {name!r} has shape {list(x.shape)}; run takes time first, then batch: "
+                f"[T, B{', ' + ', '.join(map(str, shape)) if shape else ', ...'}]"
+            )
+        if shape is not None and tuple(x.shape[2:]) != shape:
+            hint = (
+                " It looks like one time step [B, ...] or a sequence without a batch axis: add the "
+                "missing axis (x.unsqueeze(1) for one sample)."
+                if tuple(x.shape[1:]) == shape or tuple(x.shape[-len(shape) :]) == shape
+                else ""
+            )
+            raise InputError(
+                f"input {name!r} has shape {list(x.shape)}, but Input node {name!r} takes "
+                f"{list(shape)} per sample, so run expects [T, B, {', '.join(map(str, shape))}].{hint}"
+            )
+        if x.is_floating_point() and x.dtype != dtype:
+            raise InputError(
+                f"input {name!r} is {x.dtype} but the module computes in {dtype}; pass "
+                f"x.to({dtype}) or build the module with nir_to_torch(..., dtype={x.dtype})"
+            )
+        if x.is_complex():
+            raise InputError(f"input {name!r} is complex ({x.dtype}); pass real values")
+        if steps is None:
+            steps, batch = x.shape[0], x.shape[1]
+        elif (x.shape[0], x.shape[1]) != (steps, batch):
+            raise InputError(
+                f"inputs disagree on [T, B]: {list(x.shape[:2])} for {name!r}, {[steps, batch]} before"
+            )
+    assert steps is not None and batch is not None
+    if steps == 0:
+        raise InputError("inputs hold no time steps (T = 0); pass at least one step")
+    return steps
+
+
+def _declared_shape(node: Any) -> tuple[int, ...] | None:
+    if node is None:
+        return None
+    try:
+        shape = np.asarray(node.input_type["input"]).reshape(-1)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+    if shape.dtype == object or (shape < 0).any():
+        return None
+    return tuple(int(s) for s in shape)
+
+
+def _check_state(level: Level | None, state: Any, where: str) -> None:
+    """A state must be the kind of dict this module returns: same node and delayed keys."""
+    if state is None or level is None:
+        return
+    if not isinstance(state, dict) or not set(state) <= {NODES, DELAYED}:
+        keys = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
+        raise StateError(
+            f"{where} must be None or the state a previous call returned, a dict with keys "
+            f"{NODES!r} and {DELAYED!r}; got {keys}"
+        )
+    nodes, delayed = state.get(NODES) or {}, state.get(DELAYED) or {}
+    expected = {n for n, s in level.stateful.items() if s}
+    problems = []
+    for kind, got, want in (
+        ("node", set(nodes), expected),
+        ("delayed", set(delayed), set(level.delayed_sources)),
+    ):
+        unexpected, missing = sorted(map(str, got - want)), sorted(want - got)
+        if unexpected:
+            problems.append(f"unexpected {kind} keys {unexpected}")
+        if missing:
+            problems.append(f"missing {kind} keys {missing}")
+    if problems:
+        raise StateError(
+            f"{where} does not belong to this module ({'; '.join(problems)}); pass the state this "
+            "module returned, or state=None to start afresh"
+        )
+    for name, child in level.children.items():
+        _check_state(child, nodes[name], f"{where}[{NODES!r}][{name!r}]")
+
+
+def _request(level: Level | None, record: str | Iterable[str]) -> Request:
+    if level is None:
+        if record not in ((), [], None):
+            raise RecordError("record= needs a module built by nirbridge.nir_to_torch (a graph)")
+        return Request()
+    requests = {id(lv): Request() for lv in level.walk()}
+    for lv in level.walk():
+        for name in lv.children:
+            requests[id(lv)].nested[name] = requests[id(lv.children[name])]
+    if record == "all":
+        for lv in level.walk():
+            req = requests[id(lv)]
+            for name in lv.modules:
+                req.outputs.add(name)
+                if lv.stateful[name] and name not in lv.children:
+                    req.variables[name] = None
+        return requests[id(level)]
+    if isinstance(record, str):
+        record = [record]
+    nodes = {lv.prefix + name: (lv, name) for lv in level.walk() for name in lv.modules}
+    for key in record:
+        if not isinstance(key, str):
+            raise RecordError(f"record: node paths are strings, got {key!r}")
+        if key in nodes:
+            lv, name = nodes[key]
+            req = requests[id(lv)]
+            req.outputs.add(name)
+            if lv.stateful[name] and name not in lv.children:
+                req.variables[name] = None
+            continue
+        owner, _, var = key.rpartition(".")
+        if (
+            owner in nodes
+            and nodes[owner][0].stateful[nodes[owner][1]]
+            and nodes[owner][1] not in nodes[owner][0].children
+        ):
+            lv, name = nodes[owner]
+            req = requests[id(lv)]
+            if name not in req.variables:
+                req.variables[name] = {var}
+            elif req.variables[name] is not None:
+                req.variables[name].add(var)
+            continue
+        available = list(nodes)
+        raise RecordError(
+            f"record: {key!r} is not a node of this graph (nor 'node.variable' of a neuron); nodes: "
+            f"{available[:20]}{' ...' if len(available) > 20 else ''}, or 'all'"
+        )
+    return requests[id(level)]
+
+
+def _eager_stepper(module: torch.nn.Module, level: Level | None, request: Request) -> Any:
+    """``(xs, state) -> (outputs, state, recorded)`` for one chunk, in eager torch."""
+    if level is not None:
+
+        def step_level(xs: Mapping[str, torch.Tensor], state: Any) -> Any:
+            recorded: dict[Any, torch.Tensor] = {}
+            values, new_state = run_chunk(level, xs, state, request, recorded)
+            outputs = {name: values[name] for name in level.outputs}
+            return outputs, new_state, recorded, _nbytes(values.values())
+
+        return step_level
+
+    from .interpret import forward_takes_state
+
+    stateful = forward_takes_state(type(module))
+
+    def step_module(xs: Mapping[str, torch.Tensor], state: Any) -> Any:
+        x = xs["input"]
+        if not stateful:
+            flat = module(x.reshape(-1, *x.shape[2:]))
+            out = flat.reshape(x.shape[0], x.shape[1], *flat.shape[1:])
+            return {"output": out}, state, {}, _nbytes((x, out))
+        outs = []
+        for t in range(x.shape[0]):
+            out, state = module(x[t], state=state)
+            outs.append(out)
+        out = torch.stack(outs)
+        return {"output": out}, state, {}, _nbytes((x, out))
+
+    return step_module
+
+
+def _nbytes(values: Iterable[Any]) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def _any_grad(state: Any) -> bool:
+    from torch.utils._pytree import tree_leaves
+
+    return any(isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in tree_leaves(state))
+
+
+def _spike_types(level: Level | None, module: torch.nn.Module) -> dict[str, str]:
+    """NIR type names by record path; Output nodes and subgraphs take their source's."""
+    if level is None:
+        nir_type = getattr(module, "nir_type", None)
+        name = getattr(nir_type, "__name__", type(module).__name__)
+        return {"output": name}
+    types: dict[str, str] = {}
+
+    def visit(lv: Level) -> str | None:
+        for name, child in lv.children.items():
+            types[lv.prefix + name] = visit(child) or "NIRGraph"
+        for name in lv.types:
+            types.setdefault(lv.prefix + name, lv.types[name])
+        sources = [lv.incoming[o] for o in lv.outputs]
+        if len(sources) == 1 and len(sources[0]) == 1:
+            return types.get(lv.prefix + sources[0][0][0])
+        return None
+
+    visit(level)
+    for name in level.outputs:
+        if len(level.incoming[name]) == 1:
+            types[name] = types.get(level.incoming[name][0][0], "")
+    return types
+
+
+class _Collector:
+    """Whole-run buffers for chunk results: preallocated once and filled in place, or,
+    when gradients must flow, kept as chunks and concatenated at the end."""
+
+    def __init__(self, steps: int, need_grad: bool, bool_spikes: bool) -> None:
+        self.steps, self.need_grad, self.bool_spikes = steps, need_grad, bool_spikes
+        self.buffers: dict[Any, torch.Tensor] = {}
+        self.pieces: dict[Any, list[torch.Tensor]] = {}
+
+    def add(self, key: Any, value: Any, start: int, spikes: bool) -> None:
+        if not isinstance(value, torch.Tensor):
+            return  # a subgraph with several outputs: its outputs are recorded inside
+        if spikes and self.bool_spikes:
+            value = value.detach() != 0 if not self.need_grad else value != 0
+        if self.need_grad:
+            self.pieces.setdefault(key, []).append(value)
+            return
+        buffer = self.buffers.get(key)
+        if buffer is None:
+            buffer = value.new_empty((self.steps, *value.shape[1:]))
+            self.buffers[key] = buffer
+        buffer[start : start + value.shape[0]] = value
+
+    def keys(self) -> list[Any]:
+        return list(self.pieces) if self.need_grad else list(self.buffers)
+
+    def result(self, key: Any) -> torch.Tensor:
+        if self.need_grad:
+            pieces = self.pieces[key]
+            return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        return self.buffers[key]
+
+
+def _cast(x: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if x.device != device:
+        x = x.to(device, non_blocking=True)
+    if not x.is_floating_point():
+        x = x.to(dtype)
+    return x
+
+
+def _interactive() -> bool:
+    if "ipykernel" in sys.modules:
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _progress(progress: bool | None, steps: int) -> Any:
+    if progress is False or (progress is None and not _interactive()):
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=steps,
+        unit="step",
+        desc="nirbridge.run",
+        delay=_PROGRESS_DELAY if progress is None else 0.0,
+        leave=progress is True,
+    )

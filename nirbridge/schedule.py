@@ -271,47 +271,56 @@ def _step_cycle(
 ) -> None:
     inside = set(members)
     previous = {s: new_delayed.get(s) for s in level.delayed_sources if s in inside}
+    # per member: its direct sources (this step's value inside the cycle, the chunk's
+    # sequence outside it) and its delayed sources, in edge order
+    recipes = [
+        (
+            name,
+            [(s in inside, s if s in inside else values[s]) for s, late in level.incoming[name] if not late],
+            [s for s, late in level.incoming[name] if late],
+        )
+        for name in members
+    ]
+    grad = torch.is_grad_enabled()
+    kernels: dict[str, Any] = {}
     outs: dict[str, list[Any]] = {name: [] for name in members}
     nested_records: dict[tuple[str, str | None], list[torch.Tensor]] = {}
     traces: dict[tuple[str, str | None], list[torch.Tensor]] = {}
     for t in range(steps):
         current: dict[str, Any] = {}
-        for name in members:
-            direct = [
-                current[s] if s in inside else values[s][t] for s, late in level.incoming[name] if not late
-            ]
-            late = [previous[s] for s, is_late in level.incoming[name] if is_late]
-            if direct:
-                x = direct[0]
-                for other in direct[1:]:
-                    x = x + other
+        for name, direct_sources, late_sources in recipes:
+            late = [previous[s] for s in late_sources]
+            if direct_sources:
+                x = current[direct_sources[0][1]] if direct_sources[0][0] else direct_sources[0][1][t]
+                for is_current, source in direct_sources[1:]:
+                    x = x + (current[source] if is_current else source[t])
                 if late:
                     x = add_delayed(x, *late)
             else:
-                reference = values[level.inputs[0]][t]
-                x = delayed_only(reference, level.late_shapes[name], *late)
+                x = delayed_only(values[level.inputs[0]][t], level.late_shapes[name], *late)
             module = level.modules[name]
             if name in level.children:
-                child = level.children[name]
-                inner_records: Recorded = {}
-                inner, new_nodes[name] = run_chunk(
-                    child,
-                    {child.inputs[0]: x.unsqueeze(0)},
-                    new_nodes.get(name),
-                    request.nested.get(name, Request()),
-                    inner_records,
-                )
-                out = _graph_output(child, inner)
-                out = out[0] if isinstance(out, torch.Tensor) else {k: v[0] for k, v in out.items()}
-                for key, value in inner_records.items():
-                    nested_records.setdefault(key, []).append(value)
+                out = _step_child(level, name, x, new_nodes, request, nested_records)
             elif level.stateful[name]:
-                out, new_nodes[name] = module(x, state=new_nodes.get(name))
+                kernel = kernels.get(name)
+                if kernel is None and t == 0:
+                    kernel = kernels[name] = _kernel(module, new_nodes.get(name), x, grad)
+                if kernel is not None:
+                    out = kernel.advance(kernel.pre(x))
+                    out = out.to(x.dtype) if kernel.spiking else out
+                    state = kernel.variables()
+                else:
+                    out, new_nodes[name] = module(x, state=new_nodes.get(name))
+                    state = None
                 if name in request.variables:
-                    wanted = request.variables[name] or set()
-                    chosen = _pick(
-                        level, name, module, new_nodes[name], wanted, request.variables[name] is None
+                    wanted, every = request.variables[name] or set(), request.variables[name] is None
+                    chosen = (
+                        _pick(level, name, module, new_nodes[name], wanted, every)
+                        if state is None
+                        else {k: v.clone() for k, v in state.items() if every or k in wanted}
                     )
+                    if state is not None and not every and wanted - set(chosen):
+                        _pick(level, name, module, kernel.state(), wanted, every)  # raises, naming them
                     for var, value in chosen.items():
                         traces.setdefault((level.prefix + name, var), []).append(value)
             else:
@@ -320,6 +329,9 @@ def _step_cycle(
             outs[name].append(out)
         for s in previous:
             previous[s] = current[s]
+    for name, kernel in kernels.items():
+        if kernel is not None:
+            new_nodes[name] = kernel.state()
     for s, value in previous.items():
         new_delayed[s] = value
     for name in members:
@@ -333,6 +345,43 @@ def _step_cycle(
         recorded[key] = torch.stack(trace)
     for key, pieces in nested_records.items():
         recorded[key] = torch.cat(pieces)
+
+
+def _kernel(module: torch.nn.Module, state: Any, x: torch.Tensor, grad: bool) -> Any:
+    """An in-place stepper for one of nirbridge's neurons when no gradient is needed."""
+    make = getattr(module, "kernel", None)
+    if not callable(make) or not callable(getattr(module, "initial_state", None)):
+        return None
+    if state is None:
+        state = module.initial_state(x)
+    tensors = [*module.buffers(), *module.parameters(), *(s for s in state if isinstance(s, torch.Tensor))]
+    if grad and (x.requires_grad or any(t.requires_grad for t in tensors)):
+        return None
+    return make(state, x)
+
+
+def _step_child(
+    level: Level,
+    name: str,
+    x: torch.Tensor,
+    new_nodes: dict[str, Any],
+    request: Request,
+    nested_records: dict[tuple[str, str | None], list[torch.Tensor]],
+) -> Any:
+    """One step of a nested graph inside a cycle: a chunk of one step."""
+    child = level.children[name]
+    inner_records: Recorded = {}
+    inner, new_nodes[name] = run_chunk(
+        child,
+        {child.inputs[0]: x.unsqueeze(0)},
+        new_nodes.get(name),
+        request.nested.get(name, Request()),
+        inner_records,
+    )
+    for key, value in inner_records.items():
+        nested_records.setdefault(key, []).append(value)
+    out = _graph_output(child, inner)
+    return out[0] if isinstance(out, torch.Tensor) else {k: v[0] for k, v in out.items()}
 
 
 class RecordError(NirBridgeError):

@@ -125,6 +125,7 @@ class Reference:
         for i in self.delayed:
             a = self.graph.edges[i][0]
             self.previous[a] = values[a]
+        self.values = values  # every node's output at this step, for tests of recordings
         return {n: values[n] for n, node in self.graph.nodes.items() if isinstance(node, nir.Output)}
 
     def _input_shape(self, name):

@@ -301,6 +301,17 @@ class SnntorchNeuron(SimulatorNeuron):
         spk = spk if spk.dtype == x.dtype else spk.to(x.dtype)
         return spk, ((syn, mem) if cuba else mem)
 
+    def nir_state(self, state: Any) -> dict[str, torch.Tensor]:
+        """The state in NIR's variables: ``v = mem + v_reset`` and, for CubaLIF,
+        ``i = (syn / (dt/τ_mem) − (v_leak − v_reset)) / r`` (equal up to rounding)."""
+        if state is None:
+            return {}
+        if self.nir_type is not nir.CubaLIF:
+            return {"v": state + self.v_reset}
+        syn, mem = state
+        current = (syn / (self.dt / self.tau_mem) - (self.v_leak - self.v_reset)) / self.r
+        return {"i": current, "v": mem + self.v_reset}
+
 
 def _fits_snntorch(node: Any, dt: float) -> bool:
     """Whether snntorch's neurons hold these parameters exactly: decays in [0, 1] and a

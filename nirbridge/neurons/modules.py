@@ -112,7 +112,9 @@ class _Neuron(torch.nn.Module):
             or any(isinstance(s, torch.Tensor) and s.requires_grad for s in state)
         )
         if not needs_grad:
-            return self._scan(x, state, trace)
+            kernel = self.kernel(state, x[0])
+            out, traces = S.scan(kernel, x, trace)
+            return out, kernel.state(), traces
         outs, traces = [], {}
         for t in range(x.shape[0]):
             out, state = self(x[t], state)
@@ -125,9 +127,8 @@ class _Neuron(torch.nn.Module):
         """The state before the first step, for one step's input ``x`` ``[B, ...]``."""
         raise NotImplementedError
 
-    def _scan(
-        self, x: torch.Tensor, state: Any, trace: bool
-    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
+    def kernel(self, state: Any, x: torch.Tensor) -> S.Kernel:
+        """An in-place stepper (:mod:`.scan`) starting from ``state``, for inputs like ``x`` ``[B, ...]``."""
         raise NotImplementedError
 
     def _shape(self, x: torch.Tensor) -> torch.Size:
@@ -167,6 +168,9 @@ class I(_Neuron):  # noqa: E742
     def __init__(self, r: ArrayLike = 1.0, *, dt: float = DEFAULT_DT) -> None:
         super().__init__(dt, r=r)
 
+    def kernel(self, state: F.IState, x: torch.Tensor) -> S.Kernel:
+        return S.IKernel(state, self._shape(x), self.r, self.dt)
+
     def initial_state(self, x: torch.Tensor) -> F.IState:
         return F.IState(x.new_zeros(self._shape(x)))
 
@@ -174,11 +178,6 @@ class I(_Neuron):  # noqa: E742
         if state is None:
             state = self.initial_state(x)
         return F.i_step(x, state, self.r, self.dt)
-
-    def _scan(
-        self, x: torch.Tensor, state: F.IState, trace: bool
-    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
-        return S.i_scan(x, state, self.r, self.dt, trace)
 
 
 class LI(_Neuron):
@@ -199,6 +198,9 @@ class LI(_Neuron):
     ) -> None:
         super().__init__(dt, tau=tau, r=r, v_leak=v_leak)
 
+    def kernel(self, state: F.IState, x: torch.Tensor) -> S.Kernel:
+        return S.LIKernel(state, self._shape(x), self.tau, self.r, self.v_leak, self.dt)
+
     def initial_state(self, x: torch.Tensor) -> F.IState:
         return F.IState(x.new_zeros(self._shape(x)) + self.v_leak)
 
@@ -206,11 +208,6 @@ class LI(_Neuron):
         if state is None:
             state = self.initial_state(x)
         return F.li_step(x, state, self.tau, self.r, self.v_leak, self.dt)
-
-    def _scan(
-        self, x: torch.Tensor, state: F.IState, trace: bool
-    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
-        return S.li_scan(x, state, self.tau, self.r, self.v_leak, self.dt, trace)
 
 
 class IF(_Neuron):
@@ -237,6 +234,9 @@ class IF(_Neuron):
     ) -> None:
         super().__init__(dt, r=r, v_threshold=v_threshold, v_reset=v_reset)
 
+    def kernel(self, state: F.IState, x: torch.Tensor) -> S.Kernel:
+        return S.IKernel(state, self._shape(x), self.r, self.dt, (self.v_threshold, self.v_reset))
+
     def initial_state(self, x: torch.Tensor) -> F.IState:
         return F.IState(x.new_zeros(self._shape(x)))
 
@@ -244,11 +244,6 @@ class IF(_Neuron):
         if state is None:
             state = self.initial_state(x)
         return F.if_step(x, state, self.r, self.v_threshold, self.v_reset, self.dt)
-
-    def _scan(
-        self, x: torch.Tensor, state: F.IState, trace: bool
-    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
-        return S.if_scan(x, state, self.r, self.v_threshold, self.v_reset, self.dt, trace)
 
 
 class LIF(_Neuron):
@@ -280,6 +275,10 @@ class LIF(_Neuron):
     ) -> None:
         super().__init__(dt, tau=tau, r=r, v_leak=v_leak, v_threshold=v_threshold, v_reset=v_reset)
 
+    def kernel(self, state: F.IState, x: torch.Tensor) -> S.Kernel:
+        fire = (self.v_threshold, self.v_reset)
+        return S.LIKernel(state, self._shape(x), self.tau, self.r, self.v_leak, self.dt, fire)
+
     def initial_state(self, x: torch.Tensor) -> F.IState:
         return F.IState(x.new_zeros(self._shape(x)) + self.v_leak)
 
@@ -287,13 +286,6 @@ class LIF(_Neuron):
         if state is None:
             state = self.initial_state(x)
         return F.lif_step(x, state, self.tau, self.r, self.v_leak, self.v_threshold, self.v_reset, self.dt)
-
-    def _scan(
-        self, x: torch.Tensor, state: F.IState, trace: bool
-    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
-        return S.lif_scan(
-            x, state, self.tau, self.r, self.v_leak, self.v_threshold, self.v_reset, self.dt, trace
-        )
 
 
 class CubaLI(_Neuron):
@@ -325,6 +317,10 @@ class CubaLI(_Neuron):
     ) -> None:
         super().__init__(dt, tau_syn=tau_syn, tau_mem=tau_mem, r=r, v_leak=v_leak, w_in=w_in)
 
+    def kernel(self, state: F.CubaLIState, x: torch.Tensor) -> S.Kernel:
+        params = (self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in)
+        return S.CubaKernel(state, self._shape(x), *params, self.dt)
+
     def initial_state(self, x: torch.Tensor) -> F.CubaLIState:
         zeros = x.new_zeros(self._shape(x))
         return F.CubaLIState(zeros, zeros + self.v_leak)
@@ -335,13 +331,6 @@ class CubaLI(_Neuron):
         if state is None:
             state = self.initial_state(x)
         return F.cuba_li_step(x, state, self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in, self.dt)
-
-    def _scan(
-        self, x: torch.Tensor, state: Any, trace: bool
-    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
-        return S.cuba_scan(
-            x, state, self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in, self.dt, trace=trace
-        )
 
 
 class CubaLIF(_Neuron):
@@ -385,26 +374,13 @@ class CubaLIF(_Neuron):
             w_in=w_in,
         )
 
+    def kernel(self, state: F.CubaLIState, x: torch.Tensor) -> S.Kernel:
+        params = (self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in)
+        return S.CubaKernel(state, self._shape(x), *params, self.dt, (self.v_threshold, self.v_reset))
+
     def initial_state(self, x: torch.Tensor) -> F.CubaLIState:
         zeros = x.new_zeros(self._shape(x))
         return F.CubaLIState(zeros, zeros + self.v_leak)
-
-    def _scan(
-        self, x: torch.Tensor, state: Any, trace: bool
-    ) -> tuple[torch.Tensor, Any, dict[str, torch.Tensor]]:
-        return S.cuba_scan(
-            x,
-            state,
-            self.tau_syn,
-            self.tau_mem,
-            self.r,
-            self.v_leak,
-            self.w_in,
-            self.dt,
-            self.v_threshold,
-            self.v_reset,
-            trace,
-        )
 
     def forward(
         self, x: torch.Tensor, state: F.CubaLIState | None = None

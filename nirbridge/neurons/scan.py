@@ -1,164 +1,192 @@
-r"""Neuron updates over many time steps at once, equal to stepping bit for bit.
+r"""Neuron updates over many time steps, equal to stepping bit for bit.
 
-``scan(x, state, params, dt, trace)`` takes a chunk of inputs ``x`` of shape
-``[T, B, ...]`` and returns ``(outputs [T, B, ...], state, traces)``, where ``traces``
-maps state-variable names to their values after each step (``[T, B, ...]``, only when
-``trace`` is true). The equations are those of :mod:`.functional`; the values are
-those of calling the step function ``T`` times, because every arithmetic operation is
-the same one on the same operands in the same order:
+A :class:`Kernel` advances one neuron population step by step in place, on a private
+copy of the state (the state it starts from is never modified). :func:`scan` runs it
+over a chunk of inputs ``[T, B, ...]``; :mod:`nirbridge.schedule` also steps kernels
+inside recurrent loops. The equations are those of :mod:`.functional`, and the values
+are those of calling the step functions, because every arithmetic operation is the
+same one on the same operands in the same order:
 
-* terms that do not depend on the state (``dt / tau``, ``r * x``, ``w_in * x``) are
-  computed once per chunk, elementwise, which gives the same values as per step;
-* the state update runs in place on a private copy of the state (the state passed in
-  is never modified);
+* terms that do not depend on the state (``dt / tau``, ``r * x``, ``w_in * x``,
+  ``dt * r * x``) are computed once, elementwise, which gives the same values as per
+  step (over a whole chunk when scanning);
 * the reset :math:`(1 - z) v + z v_{reset}` is applied as a select, which gives the
   same value wherever :math:`v` is finite.
 
-These kernels are for inference; when gradients are needed the modules step with the
-functional updates (whose reset lets gradients flow through the spikes).
+Kernels are for inference: the modules step with the functional updates when
+gradients are needed (their reset lets gradients flow through the spikes).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 from . import functional as F
 
-__all__ = ["cuba_scan", "i_scan", "if_scan", "li_scan", "lif_scan"]
-
-Traces = dict[str, torch.Tensor]
+__all__ = ["Kernel", "scan"]
 
 
-def _start(x: torch.Tensor, v: torch.Tensor, trace: bool, spikes: bool) -> tuple[torch.Tensor | None, ...]:
+class Kernel:
+    """One population's state, advanced in place: ``out = kernel.advance(pre_t)``.
+
+    ``pre(x)`` computes the state-independent input term for any number of steps;
+    ``advance`` takes one step of it and returns the output (spikes as bool, or a
+    fresh copy of ``v``); ``variables()`` gives the live state variables and
+    ``state()`` the state in the module's NamedTuple.
+    """
+
+    spiking = False
+
+    def pre(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def advance(self, pre: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def variables(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def state(self) -> Any:
+        raise NotImplementedError
+
+
+def _private(value: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    return value.expand(shape).clone()
+
+
+class IKernel(Kernel):
+    """I and IF: ``v <- v + dt * r * x``; IF then spikes and resets."""
+
+    def __init__(self, state: F.IState, shape: torch.Size, r: torch.Tensor, dt: float, fire: Any = None):
+        self.v = _private(state.v, shape)
+        self.scale = dt * r
+        self.fire = fire  # (v_threshold, v_reset) for IF
+        self.spiking = fire is not None
+
+    def pre(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * x
+
+    def advance(self, pre: torch.Tensor) -> torch.Tensor:
+        self.v.add_(pre)
+        if self.fire is None:
+            return self.v.clone()
+        fired = torch.gt(self.v, self.fire[0])
+        self.v = torch.where(fired, self.fire[1], self.v)
+        return fired
+
+    def variables(self) -> dict[str, torch.Tensor]:
+        return {"v": self.v}
+
+    def state(self) -> F.IState:
+        return F.IState(self.v)
+
+
+class LIKernel(Kernel):
+    """LI and LIF: ``v <- v + (dt / tau) * (v_leak - v + r * x)``; LIF then spikes and resets."""
+
+    def __init__(
+        self,
+        state: F.IState,
+        shape: torch.Size,
+        tau: torch.Tensor,
+        r: torch.Tensor,
+        v_leak: torch.Tensor,
+        dt: float,
+        fire: Any = None,
+    ):
+        self.v = _private(state.v, shape)
+        self.a, self.r, self.v_leak = dt / tau, r, v_leak
+        self.fire = fire
+        self.spiking = fire is not None
+
+    def pre(self, x: torch.Tensor) -> torch.Tensor:
+        return self.r * x
+
+    def advance(self, pre: torch.Tensor) -> torch.Tensor:
+        step = torch.sub(self.v_leak, self.v)
+        step.add_(pre).mul_(self.a)
+        self.v.add_(step)
+        if self.fire is None:
+            return self.v.clone()
+        fired = torch.gt(self.v, self.fire[0])
+        self.v = torch.where(fired, self.fire[1], self.v)
+        return fired
+
+    def variables(self) -> dict[str, torch.Tensor]:
+        return {"v": self.v}
+
+    def state(self) -> F.IState:
+        return F.IState(self.v)
+
+
+class CubaKernel(Kernel):
+    """CubaLI and CubaLIF: the synaptic current, then the membrane with the new current."""
+
+    def __init__(
+        self,
+        state: F.CubaLIState,
+        shape: torch.Size,
+        tau_syn: torch.Tensor,
+        tau_mem: torch.Tensor,
+        r: torch.Tensor,
+        v_leak: torch.Tensor,
+        w_in: torch.Tensor,
+        dt: float,
+        fire: Any = None,
+    ):
+        self.i, self.v = _private(state.i, shape), _private(state.v, shape)
+        self.a_syn, self.a_mem = dt / tau_syn, dt / tau_mem
+        self.r, self.v_leak, self.w_in = r, v_leak, w_in
+        self.fire = fire
+        self.spiking = fire is not None
+
+    def pre(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_in * x
+
+    def advance(self, pre: torch.Tensor) -> torch.Tensor:
+        step = torch.sub(pre, self.i)
+        step.mul_(self.a_syn)
+        self.i.add_(step)
+        step = torch.sub(self.v_leak, self.v)
+        step.add_(torch.mul(self.r, self.i)).mul_(self.a_mem)
+        self.v.add_(step)
+        if self.fire is None:
+            return self.v.clone()
+        fired = torch.gt(self.v, self.fire[0])
+        self.v = torch.where(fired, self.fire[1], self.v)
+        return fired
+
+    def variables(self) -> dict[str, torch.Tensor]:
+        return {"i": self.i, "v": self.v}
+
+    def state(self) -> F.CubaLIState:
+        return F.CubaLIState(self.i, self.v)
+
+
+def scan(
+    kernel: Kernel, x: torch.Tensor, trace: bool = False
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Advance ``kernel`` over ``x`` ``[T, B, ...]``: ``(outputs, traces)``.
+
+    Spikes come out as 0/1 in ``x``'s dtype; ``traces`` holds each state variable
+    after every step (``[T, B, ...]``) when ``trace`` is true.
+    """
+    pre = kernel.pre(x)
     steps = x.shape[0]
-    fired = torch.empty((steps, *v.shape), dtype=torch.bool, device=v.device) if spikes else None
-    values = v.new_empty((steps, *v.shape)) if trace or not spikes else None
-    return fired, values
-
-
-def i_scan(
-    x: torch.Tensor, state: F.IState, r: torch.Tensor, dt: float, trace: bool = False
-) -> tuple[torch.Tensor, F.IState, Traces]:
-    """I over a chunk: ``v <- v + dt * r * x`` per step; outputs ``v``."""
-    drx = dt * r * x
-    v = state.v.expand(torch.broadcast_shapes(state.v.shape, drx.shape[1:])).clone()
-    _, out = _start(x, v, trace, spikes=False)
+    out: torch.Tensor | None = None
+    traces: dict[str, torch.Tensor] = {}
+    for t in range(steps):
+        value = kernel.advance(pre[t])
+        if out is None:
+            out = value.new_empty((steps, *value.shape))
+        out[t] = value
+        if trace:
+            for name, variable in kernel.variables().items():
+                if name not in traces:
+                    traces[name] = variable.new_empty((steps, *variable.shape))
+                traces[name][t] = variable
     assert out is not None
-    for t in range(x.shape[0]):
-        v.add_(drx[t])
-        out[t] = v
-    return out, F.IState(v), {"v": out} if trace else {}
-
-
-def li_scan(
-    x: torch.Tensor,
-    state: F.IState,
-    tau: torch.Tensor,
-    r: torch.Tensor,
-    v_leak: torch.Tensor,
-    dt: float,
-    trace: bool = False,
-) -> tuple[torch.Tensor, F.IState, Traces]:
-    """LI over a chunk: ``v <- v + (dt / tau) * (v_leak - v + r * x)`` per step; outputs ``v``."""
-    a = dt / tau
-    rx = r * x
-    v = state.v.expand(torch.broadcast_shapes(state.v.shape, rx.shape[1:])).clone()
-    _, out = _start(x, v, trace, spikes=False)
-    assert out is not None
-    for t in range(x.shape[0]):
-        step = torch.sub(v_leak, v)
-        step.add_(rx[t]).mul_(a)
-        v.add_(step)
-        out[t] = v
-    return out, F.IState(v), {"v": out} if trace else {}
-
-
-def if_scan(
-    x: torch.Tensor,
-    state: F.IState,
-    r: torch.Tensor,
-    v_threshold: torch.Tensor,
-    v_reset: torch.Tensor,
-    dt: float,
-    trace: bool = False,
-) -> tuple[torch.Tensor, F.IState, Traces]:
-    """IF over a chunk: integrate ``dt * r * x``, spike where ``v > v_threshold``, reset."""
-    drx = dt * r * x
-    v = state.v.expand(torch.broadcast_shapes(state.v.shape, drx.shape[1:])).clone()
-    fired, values = _start(x, v, trace, spikes=True)
-    assert fired is not None
-    for t in range(x.shape[0]):
-        v.add_(drx[t])
-        torch.gt(v, v_threshold, out=fired[t])
-        v = torch.where(fired[t], v_reset, v)
-        if values is not None:
-            values[t] = v
-    return fired.to(v.dtype), F.IState(v), {"v": values} if values is not None else {}
-
-
-def lif_scan(
-    x: torch.Tensor,
-    state: F.IState,
-    tau: torch.Tensor,
-    r: torch.Tensor,
-    v_leak: torch.Tensor,
-    v_threshold: torch.Tensor,
-    v_reset: torch.Tensor,
-    dt: float,
-    trace: bool = False,
-) -> tuple[torch.Tensor, F.IState, Traces]:
-    """LIF over a chunk: the LI update, spike where ``v > v_threshold``, reset."""
-    a = dt / tau
-    rx = r * x
-    v = state.v.expand(torch.broadcast_shapes(state.v.shape, rx.shape[1:])).clone()
-    fired, values = _start(x, v, trace, spikes=True)
-    assert fired is not None
-    for t in range(x.shape[0]):
-        step = torch.sub(v_leak, v)
-        step.add_(rx[t]).mul_(a)
-        v.add_(step)
-        torch.gt(v, v_threshold, out=fired[t])
-        v = torch.where(fired[t], v_reset, v)
-        if values is not None:
-            values[t] = v
-    return fired.to(v.dtype), F.IState(v), {"v": values} if values is not None else {}
-
-
-def cuba_scan(
-    x: torch.Tensor,
-    state: F.CubaLIState,
-    tau_syn: torch.Tensor,
-    tau_mem: torch.Tensor,
-    r: torch.Tensor,
-    v_leak: torch.Tensor,
-    w_in: torch.Tensor,
-    dt: float,
-    v_threshold: torch.Tensor | None = None,
-    v_reset: torch.Tensor | None = None,
-    trace: bool = False,
-) -> tuple[torch.Tensor, F.CubaLIState, Traces]:
-    """CubaLI (``v_threshold`` None, outputs ``v``) or CubaLIF (outputs spikes) over a chunk."""
-    a_syn, a_mem = dt / tau_syn, dt / tau_mem
-    wx = w_in * x
-    shape = torch.broadcast_shapes(state.i.shape, state.v.shape, wx.shape[1:], r.shape, v_leak.shape)
-    i, v = state.i.expand(shape).clone(), state.v.expand(shape).clone()
-    spiking = v_threshold is not None
-    fired, values = _start(x, v, trace, spikes=spiking)
-    currents = i.new_empty((x.shape[0], *shape)) if trace else None
-    for t in range(x.shape[0]):
-        step = torch.sub(wx[t], i)
-        step.mul_(a_syn)
-        i.add_(step)
-        step = torch.sub(v_leak, v)
-        step.add_(torch.mul(r, i)).mul_(a_mem)
-        v.add_(step)
-        if fired is not None:
-            torch.gt(v, v_threshold, out=fired[t])
-            v = torch.where(fired[t], v_reset, v)
-        if values is not None:
-            values[t] = v
-        if currents is not None:
-            currents[t] = i
-    traces = {"i": currents, "v": values} if trace else {}
-    out = fired.to(v.dtype) if fired is not None else values
-    return out, F.CubaLIState(i, v), traces
+    dtype = next(iter(kernel.variables().values())).dtype
+    return (out.to(dtype) if kernel.spiking else out), traces

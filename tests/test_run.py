@@ -1,0 +1,352 @@
+"""nirbridge.run against the independent numpy reference (tests/reference.py) and
+against stepping the same module: outputs, states, records, chunking, gradients, errors."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import nir
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.utils import _pytree as pytree
+
+import nirbridge
+from tests.conftest import EXAMPLES, input_names
+from tests.reference import Reference
+from tests.test_interpret import USABLE, neuron_params, random_graphs, recurrent_block
+
+DT = 1e-4
+
+
+def output_names(graph):
+    return [n for n, node in graph.nodes.items() if isinstance(node, nir.Output)]
+
+
+def step_module(gm, xs: dict[str, torch.Tensor], state=None):
+    """Stepping, the way users do it: outputs stacked over time, and the last state."""
+    names = list(xs)
+    outs = []
+    for t in range(xs[names[0]].shape[0]):
+        out, state = gm(*(xs[n][t] for n in names), state=state)
+        outs.append(out)
+    if isinstance(outs[0], dict):
+        return {k: torch.stack([o[k] for o in outs]) for k in outs[0]}, state
+    return torch.stack(outs), state
+
+
+def reference_run(graph, xs: dict[str, np.ndarray], dt):
+    """The numpy reference over all steps: outputs and every node's value per step."""
+    ref = Reference(graph, dt)
+    steps = next(iter(xs.values())).shape[0]
+    outputs, values, states = [], [], []
+    for t in range(steps):
+        outputs.append(ref.step({n: x[t] for n, x in xs.items()}))
+        nested = {f"{n}.{k}": v for n, sub in ref.sub.items() for k, v in sub.values.items()}
+        values.append({**ref.values, **nested})
+        states.append(copy.deepcopy(ref.state))
+    return outputs, values, states
+
+
+def assert_same_tree(a, b):
+    leaves_a, spec_a = pytree.tree_flatten(a)
+    leaves_b, spec_b = pytree.tree_flatten(b)
+    assert spec_a == spec_b
+    for x, y in zip(leaves_a, leaves_b):
+        assert torch.equal(x, y)
+
+
+def lif_graph(rng, n_in=3, n=6, recurrent=True):
+    nodes = {
+        "input": nir.Input(np.array([n_in])),
+        "fc": nir.Affine(rng.normal(size=(n, n_in)) * 3, rng.normal(size=n)),
+        "lif": neuron_params(rng, n, "LIF"),
+        "w_rec": nir.Linear(rng.normal(size=(n, n))),
+        "li": neuron_params(rng, n, "CubaLI"),
+        "output": nir.Output(np.array([n])),
+    }
+    edges = [("input", "fc"), ("fc", "lif"), ("lif", "w_rec"), ("lif", "li"), ("li", "output")]
+    edges += [("w_rec", "lif")] if recurrent else [("w_rec", "li")]
+    return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
+
+
+# ----------------------------------------------------------------------------- exactness
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_graphs(), st.sampled_from([None, 1, 3, 8]))
+def test_random_graphs_run_like_the_reference_and_like_stepping(case, chunk):
+    graph, seed = case
+    rng = np.random.default_rng(seed + 2)
+    shapes = {n: tuple(int(v) for v in graph.nodes[n].input_type["input"]) for n in input_names(graph)}
+    steps, batch = 20, 2
+    arrays = {n: rng.uniform(-1, 3, (steps, batch, *shape)) for n, shape in shapes.items()}
+    gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
+    xs = {n: torch.from_numpy(a) for n, a in arrays.items()}
+    result = nirbridge.run(gm, xs, chunk=chunk, record="all")
+
+    expected, values, _ = reference_run(graph, arrays, DT)
+    outputs = output_names(graph)
+    got = {outputs[0]: result.output} if len(outputs) == 1 else result.output
+    for name in outputs:
+        want = np.stack([e[name] for e in expected])
+        np.testing.assert_allclose(got[name].detach().numpy(), want, rtol=1e-12, atol=1e-12, err_msg=name)
+    for key, record in result.records.items():  # node outputs at the top level
+        if key in graph.nodes and not isinstance(graph.nodes[key], nir.NIRGraph):
+            want = np.stack([v[key] for v in values])
+            np.testing.assert_allclose(record.detach().numpy(), want, rtol=1e-12, atol=1e-12, err_msg=key)
+
+    stepped, state = step_module(gm, xs)
+    stepped = {outputs[0]: stepped} if len(outputs) == 1 else stepped
+    for name in outputs:
+        assert torch.equal(got[name], stepped[name]), name
+    assert_same_tree(result.state, state)
+
+
+@pytest.mark.parametrize("name", sorted(USABLE))
+def test_real_files_run_like_the_reference_and_like_stepping(name):
+    dt = USABLE[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.RepairWarning)
+        graph = nirbridge.read(EXAMPLES / name)
+        gm64 = nirbridge.nir_to_torch(EXAMPLES / name, dt=dt, dtype=torch.float64)
+        gm32 = nirbridge.nir_to_torch(EXAMPLES / name, dt=dt)
+    inputs = input_names(graph)
+    shape = tuple(int(v) for v in graph.nodes[inputs[0]].input_type["input"])
+    rng = np.random.default_rng(3)
+    steps, batch = 40, 8
+    spikes = (rng.uniform(size=(steps, batch, *shape)) < 0.3) * (
+        5.0 if "lif" in name and len(shape) == 1 else 1.0
+    )
+
+    # float64: the reference (spyx_shd and the repaired scnn file are checked in test_interpret)
+    if "spyx_at_00e6ba49" not in name and "rockpool" not in name:
+        expected, _, _ = reference_run(graph, {inputs[0]: spikes}, dt)
+        result = nirbridge.run(gm64, torch.from_numpy(spikes), chunk=16)
+        want = np.stack([e[output_names(graph)[0]] for e in expected])
+        np.testing.assert_allclose(result.output.detach().numpy(), want, rtol=1e-12, atol=1e-12)
+
+    # float32: bit for bit like stepping, in every layer
+    x = torch.from_numpy(spikes).float()
+    result = nirbridge.run(gm32, x, record="all")
+    stepped, state = step_module(gm32, {inputs[0]: x})
+    assert torch.equal(result.output, stepped)
+    assert_same_tree(result.state, state)
+
+
+def test_records_hold_every_node_and_neuron_variable_like_the_reference(rng):
+    n = 4
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "fc": nir.Affine(rng.normal(size=(n, 3)) * 3, rng.normal(size=n)),
+            "block": recurrent_block(rng, n),
+            "cuba": neuron_params(rng, n, "CubaLIF"),
+            "output": nir.Output(np.array([n])),
+        },
+        edges=[("input", "fc"), ("fc", "block"), ("block", "cuba"), ("cuba", "output")],
+        type_check=False,
+    )
+    gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64).requires_grad_(False)
+    x = rng.uniform(0, 3, (30, 2, 3))
+    result = nirbridge.run(gm, torch.from_numpy(x), record="all", chunk=7)
+    assert set(result.records) == {
+        "fc",
+        "block",
+        "block.lif",
+        "block.lif.v",
+        "block.w_rec",
+        "cuba",
+        "cuba.i",
+        "cuba.v",
+    }
+    _, values, states = reference_run(graph, {"input": x}, DT)
+    for key in ("fc", "block", "block.lif", "block.w_rec", "cuba"):
+        np.testing.assert_allclose(result.records[key], np.stack([v[key] for v in values]), atol=1e-12)
+    np.testing.assert_allclose(result.records["cuba.i"], np.stack([s["cuba"][0] for s in states]), atol=1e-12)
+    np.testing.assert_allclose(result.records["cuba.v"], np.stack([s["cuba"][1] for s in states]), atol=1e-12)
+    assert result.records["cuba"].sum() > 0, "the test network should spike"
+    assert result.spiking == {"block", "block.lif", "cuba"}  # a subgraph outputs its LIF's spikes
+
+    # one variable at a time, and inside a subgraph
+    only = nirbridge.run(gm, torch.from_numpy(x), record=["cuba.v", "block.lif"])
+    assert set(only.records) == {"cuba.v", "block.lif", "block.lif.v"}
+    assert torch.equal(only.records["cuba.v"], result.records["cuba.v"])
+    assert torch.equal(only.records["block.lif.v"], result.records["block.lif.v"])
+
+
+def test_chunking_and_continuing_from_a_state_change_nothing(rng):
+    gm = nirbridge.nir_to_torch(lif_graph(rng), dt=DT).requires_grad_(False)
+    x = torch.from_numpy(rng.uniform(0, 3, (50, 8, 3))).float()
+    whole = nirbridge.run(gm, x, record="all")
+    for chunk in (1, 7, 50, 1000):
+        again = nirbridge.run(gm, x, record="all", chunk=chunk)
+        assert torch.equal(again.output, whole.output)
+        for key in whole.records:
+            assert torch.equal(again.records[key], whole.records[key]), key
+    first = nirbridge.run(gm, x[:20])
+    kept = copy.deepcopy(first.state)
+    second = nirbridge.run(gm, x[20:], state=first.state)
+    assert_same_tree(first.state, kept)  # the state passed in is not mutated
+    assert torch.equal(torch.cat([first.output, second.output]), whole.output)
+    assert_same_tree(second.state, whole.state)
+    # the state a run returns also continues stepping, and the other way round
+    out, _ = gm(x[20], first.state)
+    assert torch.equal(out, second.output[0])
+
+
+def test_bool_spikes_and_spike_inputs(rng):
+    gm = nirbridge.nir_to_torch(lif_graph(rng), dt=DT)
+    spikes = torch.from_numpy(rng.uniform(size=(40, 8, 3)) < 0.5)
+    as_float = nirbridge.run(gm, spikes.float(), record="all")
+    as_bool = nirbridge.run(gm, spikes, record="all", bool_spikes=True)
+    assert as_bool.records["lif"].dtype == torch.bool
+    assert torch.equal(as_bool.records["lif"], as_float.records["lif"] != 0)
+    assert as_bool.records["lif.v"].dtype == torch.float32
+    assert torch.equal(as_bool.output, as_float.output)  # a CubaLI output is not spikes
+    ints = nirbridge.run(gm, spikes.to(torch.int64))
+    assert torch.equal(ints.output, as_float.output)
+
+
+def test_single_neuron_module_and_adapter_modules(rng):
+    lif = nirbridge.neurons.LIF(tau=np.full(5, 2e-3), r=np.full(5, 20.0), dt=DT)
+    x = torch.from_numpy(rng.uniform(0, 3, (30, 2, 5)))  # the module holds float64 parameters
+    result = nirbridge.run(lif, x)
+    stepped, state = [], None
+    for t in range(30):
+        out, state = lif(x[t], state)
+        stepped.append(out)
+    assert torch.equal(result.output, torch.stack(stepped))
+    assert torch.equal(result.state.v, state.v)
+
+
+@pytest.mark.parametrize("backend", ["norse", "snntorch"])
+def test_runs_modules_the_adapters_build(backend):
+    from nirbridge.adapters import norse as norse_adapter
+    from nirbridge.adapters import snntorch as snntorch_adapter
+
+    adapter = norse_adapter if backend == "norse" else snntorch_adapter
+    path = EXAMPLES / "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.NirBridgeWarning)
+        module = adapter.from_nir(path, dt=1e-4)
+    x = (torch.rand(40, 8, 12, generator=torch.Generator().manual_seed(0)) < 0.3).float()
+    result = nirbridge.run(module, x, record="all")
+    stepped, state = step_module(module, {"input": x})
+    assert torch.equal(result.output, stepped)
+    assert_same_tree(result.state, state)
+    assert "lif1.lif.v" in result.records and "lif1.lif.i" in result.records
+    if backend == "snntorch":  # snntorch's shifted, scaled state, converted back to NIR's v and i
+        native = nirbridge.run(nirbridge.nir_to_torch(path, dt=1e-4), x, record="all").records
+        for key in ("lif1.lif.v", "lif1.lif.i", "lif2.v"):
+            torch.testing.assert_close(result.records[key], native[key], rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def test_gradients_through_run_equal_stepping_gradients(rng):
+    graph = lif_graph(rng)
+    x = torch.from_numpy(rng.uniform(0, 3, (25, 4, 3)))
+    grads = []
+    for use_run in (True, False):
+        gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
+        out = nirbridge.run(gm, x).output if use_run else step_module(gm, {"input": x})[0]
+        out.pow(2).sum().backward()
+        grads.append({k: p.grad.clone() for k, p in gm.named_parameters()})
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for key in grads[0]:
+        torch.testing.assert_close(grads[0][key], grads[1][key], rtol=1e-12, atol=1e-12)
+        assert grads[0][key].abs().sum() > 0, key
+
+
+def test_truncated_bptt_windows(rng):
+    gm = nirbridge.nir_to_torch(lif_graph(rng), dt=DT)
+    optimiser = torch.optim.SGD(gm.parameters(), lr=1e-3)
+    x = torch.from_numpy(rng.uniform(0, 3, (60, 4, 3))).float()
+    state = None
+    for window in x.split(20):
+        result = nirbridge.run(gm, window, state=state)
+        loss = result.output.pow(2).mean()
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        state = pytree.tree_map(lambda t: t.detach(), result.state)
+        assert not any(t.requires_grad for t in pytree.tree_leaves(state))
+
+
+# ----------------------------------------------------------------------------- conveniences
+
+
+def test_paths_and_graphs_are_built_with_dt(tmp_path, rng):
+    graph = lif_graph(rng)
+    nirbridge.write(tmp_path / "g.nir", graph)
+    x = torch.from_numpy(rng.uniform(0, 3, (10, 2, 3))).float()
+    from_file = nirbridge.run(tmp_path / "g.nir", x, dt=DT)
+    from_graph = nirbridge.run(graph, x, dt=DT)
+    built = nirbridge.run(nirbridge.nir_to_torch(graph, dt=DT), x)
+    assert torch.equal(from_file.output, built.output) and torch.equal(from_graph.output, built.output)
+    assert from_file.dt == DT
+
+
+def test_progress_bar(rng, capsys):
+    gm = nirbridge.nir_to_torch(lif_graph(rng), dt=DT)
+    x = torch.zeros(30, 2, 3)
+    nirbridge.run(gm, x, progress=True, chunk=10)
+    assert "30/30" in capsys.readouterr().err
+    nirbridge.run(gm, x, progress=False)
+    nirbridge.run(gm, x)  # not a terminal: no bar
+    assert capsys.readouterr().err == ""
+
+
+def test_repr_lists_records(rng):
+    gm = nirbridge.nir_to_torch(lif_graph(rng), dt=DT)
+    text = repr(nirbridge.run(gm, torch.zeros(5, 2, 3), record="lif"))
+    assert "lif.v: [5, 2, 6] float32" in text and "dt=0.0001" in text
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture
+def gm(rng):
+    return nirbridge.nir_to_torch(lif_graph(rng), dt=DT)
+
+
+def test_input_shape_errors_name_the_input_and_the_expected_shape(gm):
+    with pytest.raises(nirbridge.InputError, match=r"Input node 'input' takes \[3\].*\[T, B, 3\]"):
+        nirbridge.run(gm, torch.zeros(10, 2, 4))
+    with pytest.raises(nirbridge.InputError, match="one time step"):
+        nirbridge.run(gm, torch.zeros(2, 3))
+    with pytest.raises(nirbridge.InputError, match="T = 0"):
+        nirbridge.run(gm, torch.zeros(0, 2, 3))
+    with pytest.raises(nirbridge.InputError, match="float64.*float32"):
+        nirbridge.run(gm, torch.zeros(4, 2, 3, dtype=torch.float64))
+    with pytest.raises(nirbridge.InputError, match="missing"):
+        nirbridge.run(gm, {"other": torch.zeros(4, 2, 3)})
+
+
+def test_state_from_another_graph_is_rejected(gm, rng):
+    other = nirbridge.nir_to_torch(lif_graph(rng, recurrent=False), dt=DT)
+    foreign = nirbridge.run(other, torch.zeros(3, 2, 3)).state
+    foreign["nodes"]["extra"] = foreign["nodes"]["lif"]
+    with pytest.raises(nirbridge.StateError, match=r"unexpected node keys \['extra'\].*missing delayed keys"):
+        nirbridge.run(gm, torch.zeros(3, 2, 3), state=foreign)
+    with pytest.raises(nirbridge.StateError):
+        nirbridge.run(gm, torch.zeros(3, 2, 3), state={"lif": None})
+
+
+def test_unknown_records_and_bad_arguments(gm):
+    with pytest.raises(nirbridge.RecordError, match="'nope' is not a node.*'fc'"):
+        nirbridge.run(gm, torch.zeros(3, 2, 3), record=["nope"])
+    with pytest.raises(nirbridge.RecordError, match="no state variable 'u'.*\\['v'\\]"):
+        nirbridge.run(gm, torch.zeros(3, 2, 3), record=["lif.u"])
+    with pytest.raises(nirbridge.ParameterError, match="chunk"):
+        nirbridge.run(gm, torch.zeros(3, 2, 3), chunk=0)
+    with pytest.raises(nirbridge.ParameterError, match="built for dt=0.0001"):
+        nirbridge.run(gm, torch.zeros(3, 2, 3), dt=1e-3)
+    with pytest.raises(nirbridge.InputError, match="run expects"):
+        nirbridge.run(object(), torch.zeros(3, 2, 3))

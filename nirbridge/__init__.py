@@ -9,6 +9,7 @@ semantics are documented in :mod:`nirbridge.neurons.functional` and
 """
 
 from . import neurons as neurons
+from . import testing as testing
 from .errors import CompileWarning as CompileWarning
 from .errors import GraphStructureError as GraphStructureError
 from .errors import InputError as InputError
@@ -37,6 +38,8 @@ from .run import run as run
 from .schedule import RecordError as RecordError
 from .state import StateError as StateError
 from .trace import torch_to_nir as torch_to_nir
+from .verify import Report as Report
+from .verify import verify as verify
 
 __version__ = "0.1.0"
 
@@ -56,6 +59,7 @@ __all__ = [
     "ParameterError",
     "RecordError",
     "RepairWarning",
+    "Report",
     "Run",
     "ShapeMismatchError",
     "StateError",
@@ -69,6 +73,8 @@ __all__ = [
     "nir_to_torch",
     "read",
     "run",
+    "testing",
     "torch_to_nir",
+    "verify",
     "write",
 ]

@@ -46,7 +46,10 @@ class Run:
             (``"lif"``, ``"block.lif"``) for node outputs and by path and variable
             (``"lif.v"``, ``"cuba.i"``) for neuron state variables after each step.
         dt: the time step of the module, in seconds.
-        spiking: the record keys (and ``"output"`` keys) that hold spikes.
+        spiking: the record keys that hold spikes.
+        spiking_outputs: the names of Output nodes whose values are spikes.
+        layout: record key -> (node path, observable), e.g. ``("lif", "output")``,
+            ``("lif", "v")``, for :meth:`to_nir_data`.
     """
 
     output: torch.Tensor | dict[str, torch.Tensor]
@@ -54,8 +57,8 @@ class Run:
     records: dict[str, torch.Tensor]
     dt: float
     spiking: frozenset[str] = frozenset()
+    spiking_outputs: frozenset[str] = frozenset()
     layout: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict, repr=False)
-    """record key -> (node path, observable): ``("lif", "output")``, ``("lif", "v")``."""
 
     def __repr__(self) -> str:
         def shape(t: torch.Tensor) -> str:
@@ -218,6 +221,7 @@ def run(
         spiking=frozenset(
             k for k, (path, obs) in layout.items() if obs == "output" and spike_types.get(path) in SPIKING
         ),
+        spiking_outputs=frozenset(n for n in output_names if spike_types.get(n) in SPIKING),
         layout=layout,
     )
 

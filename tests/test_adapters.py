@@ -19,6 +19,7 @@ import nirbridge
 from nirbridge import neurons
 from nirbridge.adapters import norse as norse_adapter
 from nirbridge.adapters import snntorch as snntorch_adapter
+from nirbridge.testing import assert_equivalent
 from tests.conftest import EXAMPLES, input_names
 from tests.reference import Reference
 
@@ -252,6 +253,20 @@ def test_real_files_give_identical_spikes_in_all_three_backends(name):
     fns = {target: (lambda x, s, m=m: m(x, s)) for target, m in modules.items()}
     steps = 100 if name.startswith("NIR__paper__03") else 12
     assert run_side_by_side(graph, fns, shape, steps=steps, rate=0.3) > 0
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+@pytest.mark.parametrize("target", ["snntorch", "norse"])
+def test_real_files_are_equivalent_in_every_layer_by_verify(name, target):
+    """Every layer, not only the output: spikes identical, states in NIR's units close."""
+    shape, dt = REAL[name]
+    steps = 100 if name.startswith("NIR__paper__03") else 12
+    x = (torch.rand(steps, 4, *shape, generator=torch.Generator().manual_seed(5)) < 0.3).double()
+    reference = nirbridge.nir_to_torch(EXAMPLES / name, dt=dt, dtype=torch.float64)
+    candidate = FROM_NIR[target](EXAMPLES / name, dt=dt, dtype=torch.float64)
+    report = assert_equivalent(reference, candidate, x, atol=1e-9, rtol=1e-9)
+    assert any(c.spikes and c.key != "output" for c in report.comparisons)
+    assert not report.only_reference and not report.only_candidate
 
 
 # ----------------------------------------------------------------------------- training

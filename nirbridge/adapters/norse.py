@@ -180,6 +180,17 @@ class NorseNeuron(SimulatorNeuron):
         self._v_leak = None if self.nir_type is nir.IF or _all_zero(p.v_leak) else p.v_leak
         self._v_reset = None if self.nir_type in (nir.LI, nir.CubaLI) or _all_zero(p.v_reset) else p.v_reset
 
+    def nir_state(self, state: Any) -> dict[str, torch.Tensor]:
+        """The state in NIR's variables: ``v`` as norse keeps it and, for CubaLIF and
+        CubaLI, ``i``. norse adds the input to its current before the membrane update
+        and stores it decayed, ``r·(1 − dt/τ_syn)`` times NIR's ``i``; this divides
+        that out (equal up to rounding)."""
+        if state is None:
+            return {}
+        if self.nir_type in (nir.CubaLIF, nir.CubaLI):
+            return {"i": state.i / (self.r * (1.0 + self._minus_dt_tau_syn_inv)), "v": state.v}
+        return {"v": state.v}
+
     def _step(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         if self._scale is not None:
             x = x * self._scale

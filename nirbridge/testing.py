@@ -1,0 +1,19 @@
+"""Test helpers for users of nirbridge: assert that two implementations of a network agree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .verify import Report, verify
+
+__all__ = ["assert_equivalent"]
+
+
+def assert_equivalent(reference: Any, candidate: Any, inputs: Any, **options: Any) -> Report:
+    """:func:`nirbridge.verify` that raises ``AssertionError`` with the report's table
+    when the two differ, and returns the report when they agree. ``options`` are
+    :func:`nirbridge.verify`'s keywords (``atol``, ``rtol``, ``record``, ``state``, ``dt``)."""
+    report = verify(reference, candidate, inputs, **options)
+    if not report.ok:
+        raise AssertionError(str(report))
+    return report

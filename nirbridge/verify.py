@@ -1,0 +1,249 @@
+"""Equivalence reports: run two modules on the same inputs and compare them node by node.
+
+``nirbridge.verify(reference, candidate, inputs)`` runs both with :func:`nirbridge.run`,
+recording every node, and compares each output and each record the two have in common:
+spikes by count per neuron and step by step, continuous values by their largest and
+mean absolute difference. The :class:`Report` names the first time step and node at
+which the two diverge; a divergence shows first at the node that causes it, since the
+nodes it feeds diverge at the same step or later and come after it in step order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .run import Run, _module, run
+from .schedule import is_built, level_of
+
+__all__ = ["Comparison", "Report", "verify"]
+
+
+@dataclasses.dataclass
+class Comparison:
+    """How one output or record of the two runs compares.
+
+    Attributes:
+        key: ``"output"`` (or ``"output:<name>"``), or a record key (``"lif"``, ``"lif.v"``).
+        spikes: whether the values are spikes (compared exactly).
+        max_abs, mean_abs: largest and mean absolute difference over all values.
+        spike_agreement: for spikes, the fraction of neurons (per sample) whose spike
+            counts agree; ``None`` for continuous values.
+        max_count_difference: for spikes, the largest difference in spike counts.
+        first_step: the first time step at which the values diverge (spikes differ, or
+            a difference exceeds ``atol + rtol·|reference|``); ``None`` if they never do.
+        problem: set when the two cannot be compared (shapes differ).
+    """
+
+    key: str
+    spikes: bool
+    max_abs: float
+    mean_abs: float
+    spike_agreement: float | None
+    max_count_difference: int | None
+    first_step: int | None
+    problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None and self.first_step is None
+
+
+@dataclasses.dataclass
+class Report:
+    """The result of :func:`verify`: one :class:`Comparison` per output and common record.
+
+    ``ok`` holds when every comparison agrees; ``first_divergence`` is ``(step, key)``
+    of the earliest divergence (ties broken by the order one step evaluates nodes), or
+    ``None``. ``only_reference``/``only_candidate`` list records the other run lacks.
+    """
+
+    comparisons: list[Comparison]
+    atol: float
+    rtol: float
+    steps: int
+    only_reference: list[str] = dataclasses.field(default_factory=list)
+    only_candidate: list[str] = dataclasses.field(default_factory=list)
+    reference_run: Run | None = dataclasses.field(default=None, repr=False)
+    candidate_run: Run | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.comparisons)
+
+    @property
+    def first_divergence(self) -> tuple[int, str] | None:
+        diverged = [
+            (c.first_step, i, c.key) for i, c in enumerate(self.comparisons) if c.first_step is not None
+        ]
+        if not diverged:
+            return None
+        step, _, key = min(diverged)
+        return step, key
+
+    def __getitem__(self, key: str) -> Comparison:
+        for comparison in self.comparisons:
+            if comparison.key == key:
+                return comparison
+        raise KeyError(key)
+
+    def table(self) -> str:
+        """The comparisons as a text table, one row per output or record."""
+        header = ("key", "kind", "max |diff|", "mean |diff|", "spike counts agree", "first step", "")
+        rows = [header]
+        for c in self.comparisons:
+            agree = (
+                f"{100 * c.spike_agreement:.1f}% (max diff {c.max_count_difference})"
+                if c.spike_agreement is not None
+                else "-"
+            )
+            rows.append(
+                (
+                    c.key,
+                    "spikes" if c.spikes else "values",
+                    f"{c.max_abs:.3g}",
+                    f"{c.mean_abs:.3g}",
+                    agree,
+                    "-" if c.first_step is None else str(c.first_step),
+                    "ok" if c.ok else (c.problem or "DIFFERS"),
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        verdict = "equivalent" if self.ok else "NOT equivalent"
+        first = self.first_divergence
+        lines = [
+            f"verify: {verdict} over {self.steps} steps (atol={self.atol:g}, rtol={self.rtol:g})"
+            + (f"; first divergence at step {first[0]} in {first[1]!r}" if first else ""),
+            self.table(),
+        ]
+        if self.only_reference:
+            lines.append(f"recorded only in the reference: {', '.join(self.only_reference)}")
+        if self.only_candidate:
+            lines.append(f"recorded only in the candidate: {', '.join(self.only_candidate)}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def verify(
+    reference: Any,
+    candidate: Any,
+    inputs: torch.Tensor | Mapping[str, torch.Tensor] | Sequence[torch.Tensor],
+    *,
+    atol: float = 1e-6,
+    rtol: float = 1e-5,
+    record: str | Iterable[str] = "all",
+    state: tuple[Any, Any] | None = None,
+    dt: float | None = None,
+) -> Report:
+    """Run ``reference`` and ``candidate`` on the same inputs and compare them.
+
+    Args:
+        reference, candidate: modules built by :func:`nirbridge.nir_to_torch` or an
+            adapter's ``from_nir``, ``nir.NIRGraph`` objects or ``.nir`` paths (built
+            with ``nir_to_torch(dt=dt)``).
+        inputs: time first, ``[T, B, ...]`` (a dict by Input name for several).
+        atol, rtol: a continuous value diverges where ``|a − b| > atol + rtol·|b|``
+            (``b`` the reference); spikes must be identical.
+        record: what to compare besides the outputs (default every node; ``()`` for
+            the outputs only).
+        state: ``(reference_state, candidate_state)`` to start from; fresh by default.
+        dt: time step for graphs and paths.
+
+    Returns:
+        A :class:`Report`; ``report.ok`` says whether the two agree, ``print(report)``
+        shows the table.
+    """
+    states = state if state is not None else (None, None)
+    reference, _ = _module(reference, dt)
+    candidate, _ = _module(candidate, dt)
+    dt = None  # built now, each at its own time step
+    with torch.no_grad():
+        ref = run(reference, inputs, record=record, state=states[0], dt=dt, progress=False)
+        cand = run(candidate, inputs, record=record, state=states[1], dt=dt, progress=False)
+    steps = _steps(ref)
+    comparisons: list[Comparison] = []
+    order = _order(reference, ref)
+    common = [k for k in order if k in cand.records]
+    for key in common:
+        spikes = key in ref.spiking or key in cand.spiking
+        comparisons.append(_compare(key, ref.records[key], cand.records[key], spikes, atol, rtol))
+    for key, (name, a, b) in _outputs(ref, cand).items():
+        spikes = name in ref.spiking_outputs or name in cand.spiking_outputs
+        comparisons.append(_compare(key, a, b, spikes, atol, rtol))
+    return Report(
+        comparisons=comparisons,
+        atol=atol,
+        rtol=rtol,
+        steps=steps,
+        only_reference=[k for k in ref.records if k not in cand.records],
+        only_candidate=[k for k in cand.records if k not in ref.records],
+        reference_run=ref,
+        candidate_run=cand,
+    )
+
+
+def _steps(result: Run) -> int:
+    out = result.output
+    return int((out if isinstance(out, torch.Tensor) else next(iter(out.values()))).shape[0])
+
+
+def _order(module: Any, result: Run) -> list[str]:
+    """Record keys in the order one step evaluates their nodes (variables after their node)."""
+    nodes = level_of(module).order if is_built(module) else []
+    rank = {name: i for i, name in enumerate(nodes)}
+
+    def position(key: str) -> tuple[float, int]:
+        path = result.layout.get(key, (key, "output"))[0]
+        return (rank.get(path, math.inf), 0 if key == path else 1)
+
+    return sorted(result.records, key=position)
+
+
+def _outputs(ref: Run, cand: Run) -> dict[str, tuple[str, Any, Any]]:
+    """Comparison key -> (Output name, reference value, candidate value)."""
+    if isinstance(ref.output, torch.Tensor) or isinstance(cand.output, torch.Tensor):
+        name = next(iter(ref.spiking_outputs | cand.spiking_outputs), "output")
+        return {"output": (name, ref.output, cand.output)}
+    return {f"output:{name}": (name, ref.output[name], cand.output.get(name)) for name in ref.output}
+
+
+def _compare(key: str, a: Any, b: Any, spikes: bool, atol: float, rtol: float) -> Comparison:
+    if not isinstance(b, torch.Tensor) or not isinstance(a, torch.Tensor) or a.shape != b.shape:
+        shape_b = list(b.shape) if isinstance(b, torch.Tensor) else type(b).__name__
+        shape_a = list(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
+        return Comparison(key, spikes, math.nan, math.nan, None, None, None, f"shapes {shape_a} != {shape_b}")
+    a64, b64 = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
+    difference = (a64 - b64).abs()
+    steps = a64.shape[0]
+    per_step = difference.reshape(steps, -1)
+    if spikes:
+        bad = per_step.ne(0).any(dim=1)
+        counts = (a64.sum(0) - b64.sum(0)).abs()
+        agreement = float(counts.eq(0).double().mean()) if counts.numel() else 1.0
+        max_count = int(counts.max()) if counts.numel() else 0
+    else:
+        limit = (atol + rtol * b64.abs()).reshape(steps, -1)
+        nan_a, nan_b = a64.isnan().reshape(steps, -1), b64.isnan().reshape(steps, -1)
+        bad = ((per_step > limit) | (nan_a != nan_b)).any(dim=1)  # NaN where both are NaN agrees
+        difference = torch.where(a64.isnan() & b64.isnan(), 0.0, difference)
+        agreement, max_count = None, None
+    diverged = torch.nonzero(bad)
+    return Comparison(
+        key=key,
+        spikes=spikes,
+        max_abs=float(difference.max()) if difference.numel() else 0.0,
+        mean_abs=float(difference.mean()) if difference.numel() else 0.0,
+        spike_agreement=agreement,
+        max_count_difference=max_count,
+        first_step=int(diverged[0, 0]) if diverged.numel() else None,
+    )

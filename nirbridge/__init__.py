@@ -34,6 +34,7 @@ from .interpret import nir_to_torch as nir_to_torch
 from .io import read as read
 from .io import write as write
 from .run import Run as Run
+from .run import SequenceModule as SequenceModule
 from .run import run as run
 from .schedule import RecordError as RecordError
 from .state import StateError as StateError
@@ -60,6 +61,7 @@ __all__ = [
     "RecordError",
     "RepairWarning",
     "Report",
+    "SequenceModule",
     "Run",
     "ShapeMismatchError",
     "StateError",

@@ -25,7 +25,7 @@ from .errors import InputError, ParameterError
 from .schedule import SPIKING, Level, RecordError, Request, is_built, level_of, run_chunk
 from .state import DELAYED, NODES, StateError
 
-__all__ = ["CHUNK_BYTES", "Run", "run"]
+__all__ = ["CHUNK_BYTES", "Run", "SequenceModule", "run"]
 
 CHUNK_BYTES = 8 << 20
 """Automatic chunking keeps the values one chunk computes around this many bytes."""
@@ -224,6 +224,32 @@ def run(
         spiking_outputs=frozenset(n for n in output_names if spike_types.get(n) in SPIKING),
         layout=layout,
     )
+
+
+class SequenceModule(torch.nn.Module):
+    """A module that runs whole sequences: ``output, state = m(x, state=None)``, with
+    ``x`` time first (``[T, B, ...]``) and :func:`run`'s options fixed at construction.
+
+    It is what training wrappers need: ``DistributedDataParallel(SequenceModule(gm))``
+    or a Lightning module calls ``forward`` once per sequence, so gradients are reduced
+    across replicas once per backward pass. ``module`` stays a submodule, so parameters,
+    ``state_dict`` and ``.to()`` reach it.
+    """
+
+    def __init__(self, module: torch.nn.Module, **options: Any) -> None:
+        super().__init__()
+        unknown = set(options) - {"record", "chunk", "compile", "progress", "bool_spikes"}
+        if unknown:
+            raise ParameterError(
+                f"SequenceModule: unknown run options {sorted(unknown)}; "
+                "use record, chunk, compile, progress or bool_spikes"
+            )
+        self.module = module
+        self.options = {"progress": False, **options}
+
+    def forward(self, x: Any, state: Any = None) -> tuple[Any, Any]:
+        result = run(self.module, x, state=state, **self.options)
+        return result.output, result.state
 
 
 def records_to_graph_data(

@@ -48,8 +48,9 @@ class Run:
         dt: the time step of the module, in seconds.
         spiking: the record keys that hold spikes.
         spiking_outputs: the names of Output nodes whose values are spikes.
-        layout: record key -> (node path, observable), e.g. ``("lif", "output")``,
-            ``("lif", "v")``, for :meth:`to_nir_data`.
+        layout: record key -> (node names from the top graph down, observable), e.g.
+            ``(("lif",), "output")``, ``(("block", "lif"), "v")``; a subgraph's output is
+            its Output node's. For :meth:`to_nir_data`.
     """
 
     output: torch.Tensor | dict[str, torch.Tensor]
@@ -58,7 +59,7 @@ class Run:
     dt: float
     spiking: frozenset[str] = frozenset()
     spiking_outputs: frozenset[str] = frozenset()
-    layout: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict, repr=False)
+    layout: dict[str, tuple[tuple[str, ...], str]] = dataclasses.field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
         def shape(t: torch.Tensor) -> str:
@@ -201,7 +202,9 @@ def run(
     output_names = level.outputs if level is not None else ["output"]
     outputs = {name: collector.result(("", name)) for name in output_names}
     records: dict[str, torch.Tensor] = {}
-    layout: dict[str, tuple[str, str]] = {}
+    layout: dict[str, tuple[tuple[str, ...], str]] = {}
+    spiking: set[str] = set()
+    nodes = _node_paths(level)
     for path, var in collector.keys():
         if path == "":
             continue
@@ -212,15 +215,15 @@ def run(
                 f"{key.rsplit('.', 1)[0]!r}; record them one at a time"
             )
         records[key] = collector.result((path, var))
-        layout[key] = (path, "output" if var is None else var)
+        layout[key] = (nodes.get(path, tuple(path.split("."))), "output" if var is None else var)
+        if var is None and spike_types.get(path) in SPIKING:
+            spiking.add(key)
     return Run(
         output=outputs[output_names[0]] if len(output_names) == 1 else outputs,
         state=state,
         records=records,
         dt=built_dt,
-        spiking=frozenset(
-            k for k, (path, obs) in layout.items() if obs == "output" and spike_types.get(path) in SPIKING
-        ),
+        spiking=frozenset(spiking),
         spiking_outputs=frozenset(n for n in output_names if spike_types.get(n) in SPIKING),
         layout=layout,
     )
@@ -254,15 +257,15 @@ class SequenceModule(torch.nn.Module):
 
 def records_to_graph_data(
     records: Mapping[str, torch.Tensor],
-    layout: Mapping[str, tuple[str, str]],
+    layout: Mapping[str, tuple[tuple[str, ...], str]],
     spiking: frozenset[str],
     dt: float,
 ) -> nir.NIRGraphData:
     """Records ``[T, B, ...]`` as ``NIRGraphData``, nested by node path (see :meth:`Run.to_nir_data`)."""
     root = nir.NIRGraphData(nodes={})
     for key, value in records.items():
-        path, observable = layout.get(key, (key, "output"))
-        *parents, leaf = path.split(".")
+        path, observable = layout.get(key, (tuple(key.split(".")), "output"))
+        *parents, leaf = path
         graph = root
         for part in parents:
             child = graph.nodes.get(part)
@@ -500,6 +503,22 @@ def _request(level: Level | None, record: str | Iterable[str]) -> Request:
             f"{available[:20]}{' ...' if len(available) > 20 else ''}, or 'all'"
         )
     return requests[id(level)]
+
+
+def _node_paths(level: Level | None) -> dict[str, tuple[str, ...]]:
+    """Record path -> node names from the top graph down; a subgraph's own output is
+    its Output node's value, so it maps to that node."""
+    if level is None:
+        return {}
+    paths: dict[str, tuple[str, ...]] = {}
+    for lv in level.walk():
+        for name in lv.modules:
+            child = lv.children.get(name)
+            if child is not None and len(child.outputs) == 1:
+                paths[lv.prefix + name] = (*child.path, child.outputs[0])
+            else:
+                paths[lv.prefix + name] = (*lv.path, name)
+    return paths
 
 
 def _eager_stepper(module: torch.nn.Module, level: Level | None, request: Request) -> Any:

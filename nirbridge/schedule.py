@@ -65,6 +65,7 @@ class Level:
 
     module: fx.GraphModule
     prefix: str  # record-key prefix: "" at the top, "sub." inside subgraph "sub"
+    path: tuple[str, ...]  # node names from the top graph down to this level
     inputs: list[str]
     outputs: list[str]
     units: list[tuple[list[str], bool]]  # components: (members in step order, cyclic)
@@ -90,7 +91,7 @@ def is_built(module: Any) -> bool:
     return isinstance(module, fx.GraphModule) and "plan" in module.meta.get("nirbridge", {})
 
 
-def level_of(module: fx.GraphModule, prefix: str = "") -> Level:
+def level_of(module: fx.GraphModule, prefix: str = "", path: tuple[str, ...] = ()) -> Level:
     """The schedule of a module :func:`nirbridge.nir_to_torch` built (recursively)."""
     info = module.meta["nirbridge"]
     the_plan: graph_utils.Plan = info["plan"]
@@ -102,20 +103,21 @@ def level_of(module: fx.GraphModule, prefix: str = "") -> Level:
     children: dict[str, Level] = {}
     order: list[str] = []
     for name in the_plan.order:
-        path = info["module_paths"].get(name)
-        if path is None:
+        module_path = info["module_paths"].get(name)
+        if module_path is None:
             continue  # Input, Output
-        sub = module.get_submodule(path)
+        sub = module.get_submodule(module_path)
         modules[name] = sub
         stateful[name] = isinstance(sub, fx.GraphModule) or forward_takes_state(type(sub))
         order.append(prefix + name)
         if is_built(sub):
-            children[name] = level_of(sub, f"{prefix}{name}.")
+            children[name] = level_of(sub, f"{prefix}{name}.", (*path, name))
             types[name] = "NIRGraph"
             order += children[name].order
     return Level(
         module=module,
         prefix=prefix,
+        path=path,
         inputs=list(info["inputs"]),
         outputs=list(info["outputs"]),
         units=graph_utils.cycles(the_plan),

@@ -203,7 +203,8 @@ def _order(module: Any, result: Run) -> list[str]:
     rank = {name: i for i, name in enumerate(nodes)}
 
     def position(key: str) -> tuple[float, int]:
-        path = result.layout.get(key, (key, "output"))[0]
+        observable = result.layout.get(key, ((), "output"))[1]
+        path = key if observable == "output" else key[: -len(observable) - 1]
         return (rank.get(path, math.inf), 0 if key == path else 1)
 
     return sorted(result.records, key=position)

@@ -133,8 +133,9 @@ def run(
             dtypes raise :class:`InputError`. Chunks are moved to the module's device.
         state: the state to start from (``None``: fresh), as the module returns it.
         record: node paths to record (``"lif"``: its output and state variables;
-            ``"lif.v"``: one variable; ``"block.lif"``: inside a subgraph), or
-            ``"all"`` for every node.
+            ``"lif.output"``: only its output; ``"lif.v"``: one variable;
+            ``"block.lif"``: inside a subgraph), or ``"all"`` for every node and
+            variable, ``"outputs"`` for every node's output.
         dt: for a graph or path, the time step to build it with; for a built
             module, it must match the module's own time step (rebuild otherwise).
         chunk: time steps per chunk; ``None`` picks one that keeps a chunk's values
@@ -187,10 +188,12 @@ def run(
             stop = min(steps, start + length)
             xs = {name: _cast(seq[start:stop], dtype, device) for name, seq in sequences.items()}
             outputs, state, recorded, chunk_bytes = stepper(xs, state)
-            for name, value in outputs.items():
-                collector.add(("", name), value, start, spike_types.get(name) in SPIKING)
             for (path, var), value in recorded.items():
                 collector.add((path, var), value, start, var is None and spike_types.get(path) in SPIKING)
+            same = {id(value): key for key, value in recorded.items()}
+            for name, value in outputs.items():  # an output that is also recorded shares its buffer
+                spikes = spike_types.get(name) in SPIKING
+                collector.add(("", name), value, start, spikes, alias=same.get(id(value)))
             if chunk is None and start == 0:
                 length = max(_FIRST_CHUNK, min(4096, CHUNK_BYTES * (stop - start) // max(1, chunk_bytes)))
             if bar is not None:
@@ -455,6 +458,7 @@ def _check_state(level: Level | None, state: Any, where: str) -> None:
 
 
 def _request(level: Level | None, record: str | Iterable[str]) -> Request:
+    """What to record, per level, from ``record=`` (see :func:`run`)."""
     if level is None:
         if record not in ((), [], None):
             raise RecordError("record= needs a module built by nirbridge.nir_to_torch (a graph)")
@@ -463,13 +467,22 @@ def _request(level: Level | None, record: str | Iterable[str]) -> Request:
     for lv in level.walk():
         for name in lv.children:
             requests[id(lv)].nested[name] = requests[id(lv.children[name])]
-    if record == "all":
+
+    def add(lv: Level, name: str, output: bool, variables: set[str] | bool | None) -> None:
+        req = requests[id(lv)]
+        if output:
+            req.outputs.add(name)
+        if variables is False or not lv.stateful[name] or name in lv.children:
+            return
+        if variables is None or req.variables.get(name, set()) is None:
+            req.variables[name] = None
+        else:
+            req.variables.setdefault(name, set()).update(variables)  # type: ignore[union-attr]
+
+    if record in ("all", "outputs"):
         for lv in level.walk():
-            req = requests[id(lv)]
             for name in lv.modules:
-                req.outputs.add(name)
-                if lv.stateful[name] and name not in lv.children:
-                    req.variables[name] = None
+                add(lv, name, True, None if record == "all" else False)
         return requests[id(level)]
     if isinstance(record, str):
         record = [record]
@@ -477,31 +490,23 @@ def _request(level: Level | None, record: str | Iterable[str]) -> Request:
     for key in record:
         if not isinstance(key, str):
             raise RecordError(f"record: node paths are strings, got {key!r}")
-        if key in nodes:
-            lv, name = nodes[key]
-            req = requests[id(lv)]
-            req.outputs.add(name)
-            if lv.stateful[name] and name not in lv.children:
-                req.variables[name] = None
-            continue
         owner, _, var = key.rpartition(".")
-        if (
+        if key in nodes:
+            add(*nodes[key], True, None)
+        elif owner in nodes and var == "output":
+            add(*nodes[owner], True, False)
+        elif (
             owner in nodes
             and nodes[owner][0].stateful[nodes[owner][1]]
             and nodes[owner][1] not in nodes[owner][0].children
         ):
-            lv, name = nodes[owner]
-            req = requests[id(lv)]
-            if name not in req.variables:
-                req.variables[name] = {var}
-            elif req.variables[name] is not None:
-                req.variables[name].add(var)
-            continue
-        available = list(nodes)
-        raise RecordError(
-            f"record: {key!r} is not a node of this graph (nor 'node.variable' of a neuron); nodes: "
-            f"{available[:20]}{' ...' if len(available) > 20 else ''}, or 'all'"
-        )
+            add(*nodes[owner], False, {var})
+        else:
+            listed = f"{list(nodes)[:20]}{' ...' if len(nodes) > 20 else ''}"
+            raise RecordError(
+                f"record: {key!r} is not a node of this graph (nor 'node.output' or 'node.variable' of "
+                f"a neuron); nodes: {listed}, or 'all' or 'outputs'"
+            )
     return requests[id(level)]
 
 
@@ -596,10 +601,15 @@ class _Collector:
         self.steps, self.need_grad, self.bool_spikes = steps, need_grad, bool_spikes
         self.buffers: dict[Any, torch.Tensor] = {}
         self.pieces: dict[Any, list[torch.Tensor]] = {}
+        self.aliases: dict[Any, Any] = {}
 
-    def add(self, key: Any, value: Any, start: int, spikes: bool) -> None:
+    def add(self, key: Any, value: Any, start: int, spikes: bool, alias: Any = None) -> None:
         if not isinstance(value, torch.Tensor):
             return  # a subgraph with several outputs: its outputs are recorded inside
+        if start == 0 and alias is not None:
+            self.aliases[key] = alias
+        if key in self.aliases:
+            return
         if spikes and self.bool_spikes:
             value = value.detach() != 0 if not self.need_grad else value != 0
         if self.need_grad:
@@ -612,9 +622,10 @@ class _Collector:
         buffer[start : start + value.shape[0]] = value
 
     def keys(self) -> list[Any]:
-        return list(self.pieces) if self.need_grad else list(self.buffers)
+        return [*(self.pieces if self.need_grad else self.buffers), *self.aliases]
 
     def result(self, key: Any) -> torch.Tensor:
+        key = self.aliases.get(key, key)
         if self.need_grad:
             pieces = self.pieces[key]
             return pieces[0] if len(pieces) == 1 else torch.cat(pieces)

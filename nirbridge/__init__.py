@@ -10,6 +10,8 @@ semantics are documented in :mod:`nirbridge.neurons.functional` and
 
 from . import neurons as neurons
 from . import testing as testing
+from .data import read_data as read_data
+from .data import write_data as write_data
 from .errors import CompileWarning as CompileWarning
 from .errors import GraphStructureError as GraphStructureError
 from .errors import InputError as InputError
@@ -74,9 +76,11 @@ __all__ = [
     "neurons",
     "nir_to_torch",
     "read",
+    "read_data",
     "run",
     "testing",
     "torch_to_nir",
     "verify",
     "write",
+    "write_data",
 ]

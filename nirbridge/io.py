@@ -41,7 +41,7 @@ import secrets
 import threading
 import warnings
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
@@ -344,7 +344,12 @@ class _Reader:
         offset = dsid.get_offset()
         if offset is None or offset + stored > self.file_size:
             raise self.fail(path, "points outside the file; the file is corrupted")
-        raw = self.source.raw(offset, stored)
+        self.check_heap_ids(self.source.raw(offset, stored), path)
+
+    def check_heap_ids(self, raw: bytes, path: str) -> None:
+        """Check the variable-length string references in ``raw`` (each a length, a
+        global heap collection's address and an object index) against the collections
+        they point into, and charge their lengths to the memory budget."""
         width = self.sizeof_addr
         for start in range(0, len(raw) - width - 7, width + 8):  # length (4), heap address, index (4)
             length = int.from_bytes(raw[start : start + 4], "little")
@@ -902,17 +907,28 @@ def write(path_or_file: PathOrFile, graph: nir.NIRNode, *, compression: str | in
     if not isinstance(graph, nir.NIRNode):
         raise NirFileError(f"write expects a NIR graph or node, got {type(graph).__name__}")
     _check_compression(compression)
-    if isinstance(path_or_file, (str, os.PathLike)):
-        lossy = _write_path(os.fspath(path_or_file), graph, compression)
-    else:
-        lossy = _write_file(path_or_file, graph, compression)
+    lossy = _write_to(path_or_file, lambda fid: _dump(fid, graph, compression), "write")
     for message in lossy:
         warnings.warn(message, LossyConversionWarning, stacklevel=2)
 
 
-def _write_file(path_or_file: Any, graph: nir.NIRNode, compression: str | int | None) -> list[str]:
+_Dump = Callable[[h5f.FileID], list[str]]  # fills an open, empty HDF5 file; returns lossy conversions
+
+
+def _write_to(path_or_file: PathOrFile, dump: _Dump, caller: str) -> list[str]:
+    """Create an HDF5 file with ``dump`` at a path (through a temporary file renamed over
+    the target) or in a binary file object (as one image); return what ``dump`` returns.
+    ``caller`` names the public function in errors about the argument."""
+    if isinstance(path_or_file, (str, os.PathLike)):
+        return _write_path(os.fspath(path_or_file), dump)
+    return _write_file(path_or_file, dump, caller)
+
+
+def _write_file(path_or_file: Any, dump: _Dump, caller: str) -> list[str]:
     if not callable(getattr(path_or_file, "write", None)):
-        raise NirFileError(f"write expects a path or a binary file object, got {type(path_or_file).__name__}")
+        raise NirFileError(
+            f"{caller} expects a path or a binary file object, got {type(path_or_file).__name__}"
+        )
     where = _describe(path_or_file)
     if isinstance(path_or_file, io.TextIOBase):
         raise NirFileError(f"{where}: is opened in text mode; open it in binary mode ('wb')")
@@ -921,7 +937,7 @@ def _write_file(path_or_file: Any, graph: nir.NIRNode, compression: str | int | 
     try:
         fid = h5f.create(b"nirbridge-image", h5f.ACC_TRUNC, fcpl=_fcpl(), fapl=fapl)
         try:
-            lossy = _dump(fid, graph, compression)
+            lossy = dump(fid)
             h5f.flush(fid)
             image = fid.get_file_image()
         finally:
@@ -945,7 +961,7 @@ def _write_file(path_or_file: Any, graph: nir.NIRNode, compression: str | int | 
     return lossy
 
 
-def _write_path(target: str, graph: nir.NIRNode, compression: str | int | None) -> list[str]:
+def _write_path(target: str, dump: _Dump) -> list[str]:
     if os.path.islink(target):
         target = os.path.realpath(target)
     folder = os.path.dirname(os.path.abspath(target))
@@ -962,7 +978,7 @@ def _write_path(target: str, graph: nir.NIRNode, compression: str | int | None) 
     try:
         fid = h5f.create(os.fsencode(temporary), h5f.ACC_TRUNC, fcpl=_fcpl(), fapl=_fapl())
         try:
-            lossy = _dump(fid, graph, compression)
+            lossy = dump(fid)
         finally:
             fid.close()
         _fsync(temporary)

@@ -1,0 +1,132 @@
+"""run(compile=True): the same values as eager run and as stepping, no recompilation for
+another T or batch size, and an eager fallback with a warning when compiling fails.
+
+Each compilation takes 10-30 s on two cores, so these tests compile few graphs, each
+covering much: recurrent loops, a subgraph inside a loop, delays, self-loops, two
+inputs and two outputs, records of every node and variable."""
+
+from __future__ import annotations
+
+import warnings
+
+import nir
+import numpy as np
+import pytest
+import torch
+import torch._dynamo
+
+import nirbridge
+from tests.conftest import EXAMPLES
+from tests.test_interpret import neuron_params, recurrent_block
+from tests.test_run import assert_same_tree, step_module
+
+DT = 1e-4
+
+
+def composite(rng) -> nir.NIRGraph:
+    n = 5
+    return nir.NIRGraph(
+        nodes={
+            "a": nir.Input(np.array([3])),
+            "b": nir.Input(np.array([n])),
+            "fc": nir.Affine(rng.normal(size=(n, 3)) * 3, rng.normal(size=n)),
+            "block": recurrent_block(rng, n),
+            "mix": nir.Linear(rng.normal(size=(n, n))),
+            "delay": nir.Delay(rng.integers(0, 4, n) * DT),
+            "cuba": neuron_params(rng, n, "CubaLIF"),
+            "li": neuron_params(rng, n, "LI"),
+            "spikes": nir.Output(np.array([n])),
+            "trace": nir.Output(np.array([n])),
+        },
+        edges=[
+            ("a", "fc"),
+            ("fc", "block"),
+            ("b", "block"),
+            ("block", "mix"),
+            ("mix", "delay"),
+            ("delay", "block"),  # a loop through a subgraph and a delay
+            ("block", "cuba"),
+            ("cuba", "spikes"),
+            ("cuba", "li"),
+            ("li", "li"),  # a self-loop
+            ("li", "trace"),
+        ],
+        type_check=False,
+    )
+
+
+def test_compiled_runs_equal_eager_runs_and_stepping(rng):
+    gm = nirbridge.nir_to_torch(composite(rng), dt=DT).requires_grad_(False)
+    xs = {
+        "a": torch.from_numpy(rng.uniform(0, 3, (40, 8, 3))).float(),
+        "b": torch.from_numpy(rng.uniform(0, 1, (40, 8, 5))).float(),
+    }
+    eager = nirbridge.run(gm, xs, record="all")
+    compiled = nirbridge.run(gm, xs, record="all", compile=True, chunk=16)
+    assert set(compiled.records) == set(eager.records)
+    for key, value in eager.records.items():
+        assert torch.equal(compiled.records[key], value), key
+    for name in ("spikes", "trace"):
+        assert torch.equal(compiled.output[name], eager.output[name]), name
+    assert eager.output["spikes"].sum() > 0, "the test network should spike"
+    assert_same_tree(compiled.state, eager.state)
+    stepped, state = step_module(gm, xs)
+    assert torch.equal(compiled.output["spikes"], stepped["spikes"])
+    assert torch.equal(compiled.output["trace"], stepped["trace"])
+    assert_same_tree(compiled.state, state)
+
+    # continuing from a state, with another T and batch size: the same code, no recompile
+    torch._dynamo.utils.counters.clear()
+    half = {k: v[:, :3] for k, v in xs.items()}
+    first = nirbridge.run(gm, {k: v[:13] for k, v in half.items()}, compile=True, record="all")
+    part = {k: v[13:] for k, v in half.items()}
+    second = nirbridge.run(gm, part, state=first.state, compile=True, record="all")
+    whole = nirbridge.run(gm, half)
+    assert torch.equal(torch.cat([first.output["trace"], second.output["trace"]]), whole.output["trace"])
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 0, "recompiled"
+
+
+def test_the_braille_file_compiled_equals_stepping():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.NirBridgeWarning)
+        gm = nirbridge.nir_to_torch(EXAMPLES / "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir")
+    x = (torch.rand(60, 8, 12, generator=torch.Generator().manual_seed(2)) < 0.3).float()
+    with torch.no_grad():
+        compiled = nirbridge.run(gm, x, compile=True, bool_spikes=True, record="outputs")
+    stepped, state = step_module(gm, {"input": x})
+    assert torch.equal(compiled.output, stepped != 0)
+    assert compiled.records["lif1.lif"].dtype == torch.bool
+    assert_same_tree(compiled.state, state)
+
+
+class Breaks(torch.nn.Module):
+    """A layer torch.compile cannot capture in one graph."""
+
+    def forward(self, x):
+        torch._dynamo.graph_break()
+        return x * 2.0
+
+
+def test_failing_compilation_falls_back_to_eager_with_a_warning(rng):
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "scale": nir.Scale(np.full(3, 2.0)),
+            "lif": neuron_params(rng, 3, "LIF"),
+            "output": nir.Output(np.array([3])),
+        },
+        edges=[("input", "scale"), ("scale", "lif"), ("lif", "output")],
+        type_check=False,
+    )
+    gm = nirbridge.nir_to_torch(graph, {nir.Scale: lambda node: Breaks()}, dt=DT)
+    x = torch.from_numpy(rng.uniform(0, 3, (20, 2, 3))).float()
+    with torch.no_grad():
+        with pytest.warns(nirbridge.CompileWarning, match="compilation failed, running eagerly instead"):
+            compiled = nirbridge.run(gm, x, compile=True)
+        assert torch.equal(compiled.output, nirbridge.run(gm, x).output)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the failure is remembered: no second attempt
+            nirbridge.run(gm, x, compile=True)
+    with pytest.warns(nirbridge.CompileWarning, match="gradients are required"):
+        result = nirbridge.run(nirbridge.nir_to_torch(graph, dt=DT), x, compile=True)
+    assert result.output.requires_grad

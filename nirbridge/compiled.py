@@ -35,7 +35,12 @@ Stepper = Callable[[Mapping[str, torch.Tensor], Any], Any]
 
 # one compiled function per (module, request); failures are remembered as None
 _CACHE: weakref.WeakKeyDictionary[torch.nn.Module, dict[Any, Any]] = weakref.WeakKeyDictionary()
-_OPTIONS = {"cpp_wrapper": True}  # C++ call glue: ~30% less overhead per scan step on CPU
+_OPTIONS = {
+    "cpp_wrapper": True,  # C++ call glue: several times less overhead per scan step on the CPU
+    # inductor would otherwise move convolutions to channels-last, where oneDNN sums in
+    # another order than eager torch does: values one rounding apart, and spikes that flip
+    "layout_optimization": False,
+}
 
 
 def compiled_stepper(

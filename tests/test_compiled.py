@@ -130,3 +130,54 @@ def test_failing_compilation_falls_back_to_eager_with_a_warning(rng):
     with pytest.warns(nirbridge.CompileWarning, match="gradients are required"):
         result = nirbridge.run(nirbridge.nir_to_torch(graph, dt=DT), x, compile=True)
     assert result.output.requires_grad
+
+
+def test_compiled_convolutions_equal_eager_ones(rng):
+    """inductor's channels-last convolutions sum in another order: they are switched off."""
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([2, 12, 12])),
+            "c0": nir.Conv2d(
+                (12, 12),
+                rng.normal(size=(16, 2, 3, 3)).astype(np.float32),
+                1,
+                1,
+                1,
+                1,
+                np.zeros(16, np.float32),
+            ),
+            "if0": nir.IF(
+                r=np.ones((16, 12, 12)), v_threshold=np.ones((16, 12, 12)), v_reset=np.zeros((16, 12, 12))
+            ),
+            "c1": nir.Conv2d(
+                (12, 12),
+                rng.normal(size=(16, 16, 3, 3)).astype(np.float32),
+                1,
+                1,
+                1,
+                1,
+                np.zeros(16, np.float32),
+            ),
+            "pool": nir.SumPool2d(np.array([2, 2]), np.array([2, 2]), np.array([0, 0])),
+            "if1": nir.IF(
+                r=np.ones((16, 6, 6)), v_threshold=np.ones((16, 6, 6)), v_reset=np.zeros((16, 6, 6))
+            ),
+            "output": nir.Output(np.array([16, 6, 6])),
+        },
+        edges=[
+            ("input", "c0"),
+            ("c0", "if0"),
+            ("if0", "c1"),
+            ("c1", "pool"),
+            ("pool", "if1"),
+            ("if1", "output"),
+        ],
+        type_check=False,
+    )
+    gm = nirbridge.nir_to_torch(graph, dt=1.0).requires_grad_(False)
+    x = torch.from_numpy(rng.uniform(size=(30, 8, 2, 12, 12)) < 0.3).float()
+    eager = nirbridge.run(gm, x, record="all")
+    compiled = nirbridge.run(gm, x, record="all", compile=True)
+    assert eager.records["if1"].sum() > 0
+    for key, value in eager.records.items():
+        assert torch.equal(compiled.records[key], value), key

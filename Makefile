@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_trace.py
 	$(PY) benchmarks/bench_simulators.py
 	$(PY) benchmarks/bench_elasticai.py
+	$(PY) benchmarks/bench_run.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check nirbridge tests benchmarks

@@ -42,6 +42,7 @@ from .schedule import RecordError as RecordError
 from .state import StateError as StateError
 from .trace import torch_to_nir as torch_to_nir
 from .verify import Report as Report
+from .verify import VerifyError as VerifyError
 from .verify import verify as verify
 
 __version__ = "0.1.0"
@@ -72,6 +73,7 @@ __all__ = [
     "UnsupportedImplementationError",
     "UnsupportedModuleError",
     "UnsupportedNodeError",
+    "VerifyError",
     "__version__",
     "neurons",
     "nir_to_torch",

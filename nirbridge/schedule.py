@@ -273,13 +273,17 @@ def _step_cycle(
 ) -> None:
     inside = set(members)
     previous = {s: new_delayed.get(s) for s in level.delayed_sources if s in inside}
-    # per member: its direct sources (this step's value inside the cycle, the chunk's
-    # sequence outside it) and its delayed sources, in edge order
+    # per member, worked out once: its direct sources (this step's value inside the
+    # cycle, the chunk's sequence outside it) and delayed sources in edge order, its
+    # module, its kind, and the state variables to record (None: all; False: none)
     recipes = [
         (
             name,
             [(s in inside, s if s in inside else values[s]) for s, late in level.incoming[name] if not late],
             [s for s, late in level.incoming[name] if late],
+            level.modules[name],
+            "child" if name in level.children else "stateful" if level.stateful[name] else "stateless",
+            request.variables.get(name, False) if name in request.variables else False,
         )
         for name in members
     ]
@@ -290,7 +294,7 @@ def _step_cycle(
     traces: dict[tuple[str, str | None], list[torch.Tensor]] = {}
     for t in range(steps):
         current: dict[str, Any] = {}
-        for name, direct_sources, late_sources in recipes:
+        for name, direct_sources, late_sources, module, kind, wanted in recipes:
             late = [previous[s] for s in late_sources]
             if direct_sources:
                 x = current[direct_sources[0][1]] if direct_sources[0][0] else direct_sources[0][1][t]
@@ -300,33 +304,27 @@ def _step_cycle(
                     x = add_delayed(x, *late)
             else:
                 x = delayed_only(values[level.inputs[0]][t], level.late_shapes[name], *late)
-            module = level.modules[name]
-            if name in level.children:
+            if kind == "stateless":
+                out = module(x)
+            elif kind == "child":
                 out = _step_child(level, name, x, new_nodes, request, nested_records)
-            elif level.stateful[name]:
-                kernel = kernels.get(name)
-                if kernel is None and t == 0:
-                    kernel = kernels[name] = _kernel(module, new_nodes.get(name), x, grad)
+            else:
+                if t == 0:
+                    kernels[name] = _kernel(module, new_nodes.get(name), x, grad)
+                kernel = kernels[name]
                 if kernel is not None:
                     out = kernel.advance(kernel.pre(x))
                     out = out.to(x.dtype) if kernel.spiking else out
-                    state = kernel.variables()
                 else:
                     out, new_nodes[name] = module(x, state=new_nodes.get(name))
-                    state = None
-                if name in request.variables:
-                    wanted, every = request.variables[name] or set(), request.variables[name] is None
+                if wanted is not False:
                     chosen = (
-                        _pick(level, name, module, new_nodes[name], wanted, every)
-                        if state is None
-                        else {k: v.clone() for k, v in state.items() if every or k in wanted}
+                        _pick(level, name, module, new_nodes[name], wanted or set(), wanted is None)
+                        if kernel is None
+                        else _pick_live(level, name, module, kernel, wanted)
                     )
-                    if state is not None and not every and wanted - set(chosen):
-                        _pick(level, name, module, kernel.state(), wanted, every)  # raises, naming them
                     for var, value in chosen.items():
                         traces.setdefault((level.prefix + name, var), []).append(value)
-            else:
-                out = module(x)
             current[name] = out
             outs[name].append(out)
         for s in previous:
@@ -347,6 +345,12 @@ def _step_cycle(
         recorded[key] = torch.stack(trace)
     for key, pieces in nested_records.items():
         recorded[key] = torch.cat(pieces)
+
+
+def _pick_live(level: Level, name: str, module: torch.nn.Module, kernel: Any, wanted: set[str] | None) -> Any:
+    """Copies of a kernel's state variables (it updates them in place), as :func:`_pick` names them."""
+    chosen = _pick(level, name, module, kernel.state(), wanted or set(), wanted is None)
+    return {var: value.clone() for var, value in chosen.items()}
 
 
 def _kernel(module: torch.nn.Module, state: Any, x: torch.Tensor, grad: bool) -> Any:

@@ -17,10 +17,11 @@ from typing import Any
 
 import torch
 
+from .errors import NirBridgeError
 from .run import Run, _module, run
 from .schedule import is_built, level_of
 
-__all__ = ["Comparison", "Report", "verify"]
+__all__ = ["BACKENDS", "Comparison", "Report", "VerifyError", "verify"]
 
 
 @dataclasses.dataclass
@@ -37,6 +38,8 @@ class Comparison:
         first_step: the first time step at which the values diverge (spikes differ, or
             a difference exceeds ``atol + rtol·|reference|``); ``None`` if they never do.
         problem: set when the two cannot be compared (shapes differ).
+        count_differences: for spikes, candidate minus reference spike count of each
+            neuron, ``[B, ...]``; ``None`` for continuous values.
     """
 
     key: str
@@ -47,6 +50,7 @@ class Comparison:
     max_count_difference: int | None
     first_step: int | None
     problem: str | None = None
+    count_differences: torch.Tensor | None = dataclasses.field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -150,7 +154,10 @@ def verify(
     Args:
         reference, candidate: modules built by :func:`nirbridge.nir_to_torch` or an
             adapter's ``from_nir``, ``nir.NIRGraph`` objects or ``.nir`` paths (built
-            with ``nir_to_torch(dt=dt)``).
+            with ``nir_to_torch(dt=dt)``). ``candidate`` may also name a simulator,
+            ``"nirbridge"``, ``"norse"`` or ``"snntorch"``: the reference graph or file
+            built with that simulator's neurons (``from_nir``); a file of that name
+            is passed as a ``pathlib.Path``.
         inputs: time first, ``[T, B, ...]`` (a dict by Input name for several).
         atol, rtol: a continuous value diverges where ``|a − b| > atol + rtol·|b|``
             (``b`` the reference); spikes must be identical.
@@ -164,6 +171,8 @@ def verify(
         shows the table.
     """
     states = state if state is not None else (None, None)
+    if isinstance(candidate, str) and candidate in BACKENDS:  # a file called so: pass a Path
+        candidate = _build_with(candidate, reference, dt)
     reference, _ = _module(reference, dt)
     candidate, _ = _module(candidate, dt)
     dt = None  # built now, each at its own time step
@@ -190,6 +199,31 @@ def verify(
         reference_run=ref,
         candidate_run=cand,
     )
+
+
+BACKENDS = ("nirbridge", "norse", "snntorch")
+"""Simulator names :func:`verify` accepts as its candidate."""
+
+
+def _build_with(backend: str, reference: Any, dt: float | None) -> torch.nn.Module:
+    """The reference graph or file imported with ``backend``'s neuron modules."""
+    if isinstance(reference, torch.nn.Module):
+        raise VerifyError(
+            f"verify(candidate={backend!r}) builds the reference graph with {backend}'s neurons, "
+            "so the reference must be a nir.NIRGraph or a .nir path, not a module"
+        )
+    if backend == "nirbridge":
+        from .interpret import nir_to_torch
+
+        return nir_to_torch(reference, dt=dt)
+    from importlib import import_module
+
+    adapter = import_module(f".adapters.{backend}", __package__)
+    return adapter.from_nir(reference, dt=dt)
+
+
+class VerifyError(NirBridgeError):
+    """:func:`verify` was asked for something it cannot compare."""
 
 
 def _steps(result: Run) -> int:
@@ -229,7 +263,8 @@ def _compare(key: str, a: Any, b: Any, spikes: bool, atol: float, rtol: float) -
     per_step = difference.reshape(steps, -1)
     if spikes:
         bad = per_step.ne(0).any(dim=1)
-        counts = (a64.sum(0) - b64.sum(0)).abs()
+        differences = (b64.sum(0) - a64.sum(0)).to(torch.int64)  # candidate minus reference
+        counts = differences.abs()
         agreement = float(counts.eq(0).double().mean()) if counts.numel() else 1.0
         max_count = int(counts.max()) if counts.numel() else 0
     else:
@@ -237,7 +272,7 @@ def _compare(key: str, a: Any, b: Any, spikes: bool, atol: float, rtol: float) -
         nan_a, nan_b = a64.isnan().reshape(steps, -1), b64.isnan().reshape(steps, -1)
         bad = ((per_step > limit) | (nan_a != nan_b)).any(dim=1)  # NaN where both are NaN agrees
         difference = torch.where(a64.isnan() & b64.isnan(), 0.0, difference)
-        agreement, max_count = None, None
+        agreement, max_count, differences = None, None, None
     diverged = torch.nonzero(bad)
     return Comparison(
         key=key,
@@ -247,4 +282,5 @@ def _compare(key: str, a: Any, b: Any, spikes: bool, atol: float, rtol: float) -
         spike_agreement=agreement,
         max_count_difference=max_count,
         first_step=int(diverged[0, 0]) if diverged.numel() else None,
+        count_differences=differences,
     )

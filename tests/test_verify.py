@@ -55,6 +55,13 @@ def test_the_same_file_in_three_simulators_is_equivalent():
     assert report["output"].spikes and report["output"].max_abs == 0
     assert "lif1.lif.v" in [c.key for c in report.comparisons]
     assert_equivalent(braille(), braille(snntorch_adapter), x, atol=1e-5)
+    # a simulator's name stands for the reference file imported with its neurons
+    for backend in ("nirbridge", "norse", "snntorch"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", nirbridge.NirBridgeWarning)
+            assert nirbridge.verify(BRAILLE, backend, x, atol=1e-5).ok, backend
+    with pytest.raises(nirbridge.VerifyError, match="must be a nir.NIRGraph or a .nir path"):
+        nirbridge.verify(braille(), "norse", x)
 
 
 def test_a_planted_divergence_is_found_at_its_node_and_step():
@@ -69,6 +76,9 @@ def test_a_planted_divergence_is_found_at_its_node_and_step():
     assert report["fc1"].ok
     assert report["lif2"].first_step >= 13
     assert report["lif1.lif"].spike_agreement < 1.0
+    counts = report["lif1.lif"].count_differences  # candidate minus reference, per neuron
+    assert counts.shape == (4, 38) and counts.dtype == torch.int64
+    assert float((counts != 0).double().mean()) == pytest.approx(1 - report["lif1.lif"].spike_agreement)
 
     # changed weights show at their layer, from the first step their input is non-zero
     changed = braille()

@@ -194,7 +194,7 @@ def run(
             for name, value in outputs.items():  # an output that is also recorded shares its buffer
                 spikes = spike_types.get(name) in SPIKING
                 collector.add(("", name), value, start, spikes, alias=same.get(id(value)))
-            if chunk is None and start == 0:
+            if chunk is None and start == 0:  # from what the first chunk allocated
                 length = max(_FIRST_CHUNK, min(4096, CHUNK_BYTES * (stop - start) // max(1, chunk_bytes)))
             if bar is not None:
                 bar.update(stop - start)
@@ -202,6 +202,13 @@ def run(
     finally:
         if bar is not None:
             bar.close()
+    return _assemble(collector, level, spike_types, state, built_dt)
+
+
+def _assemble(
+    collector: _Collector, level: Level | None, spike_types: Mapping[str, str], state: Any, dt: float
+) -> Run:
+    """The :class:`Run` from the whole-run buffers: outputs, records keyed by path."""
     output_names = level.outputs if level is not None else ["output"]
     outputs = {name: collector.result(("", name)) for name in output_names}
     records: dict[str, torch.Tensor] = {}
@@ -225,7 +232,7 @@ def run(
         output=outputs[output_names[0]] if len(output_names) == 1 else outputs,
         state=state,
         records=records,
-        dt=built_dt,
+        dt=dt,
         spiking=frozenset(spiking),
         spiking_outputs=frozenset(n for n in output_names if spike_types.get(n) in SPIKING),
         layout=layout,

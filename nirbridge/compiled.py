@@ -40,6 +40,9 @@ _OPTIONS = {
     # inductor would otherwise move convolutions to channels-last, where oneDNN sums in
     # another order than eager torch does: values one rounding apart, and spikes that flip
     "layout_optimization": False,
+    # the per-step kernels are small: OpenMP around each costs more than it gains, and
+    # much more when other processes share the cores (matrix products keep torch's threads)
+    "cpp.threads": 1,
 }
 
 
@@ -57,11 +60,11 @@ def compiled_stepper(
         if torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters()):
             _warn_once(cache, "gradients", "gradients are required, and compiled runs are for inference")
             return eager(xs, state)
+        if next(iter(xs.values())).shape[0] < 2:
+            return eager(xs, state)  # one step: a compiled length-1 scan would compile anew
         if not _complete(level, state):
             first = {name: x[:1] for name, x in xs.items()}
             head = eager(first, state)
-            if next(iter(xs.values())).shape[0] == 1:
-                return head
             rest = {name: x[1:] for name, x in xs.items()}
             tail = step(rest, head[1])
             return _join(head, tail)
@@ -71,7 +74,10 @@ def compiled_stepper(
         if function is None:
             return eager(xs, state)
         try:
-            with warnings.catch_warnings():  # torch's compiler warns about its own internals
+            # specialize_float: dt and other Python floats as constants (a float read in two
+            # scan bodies crashes dynamo when it is symbolic); and torch's compiler warns
+            # about its own internals
+            with torch._dynamo.config.patch(specialize_float=True), warnings.catch_warnings():
                 warnings.filterwarnings("ignore", category=DeprecationWarning)
                 warnings.filterwarnings("ignore", module=r"torch\._(dynamo|inductor)")
                 outputs, new_state, recorded = function(*_fresh((dict(xs), state)))

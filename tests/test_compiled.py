@@ -83,6 +83,8 @@ def test_compiled_runs_equal_eager_runs_and_stepping(rng):
     second = nirbridge.run(gm, part, state=first.state, compile=True, record="all")
     whole = nirbridge.run(gm, half)
     assert torch.equal(torch.cat([first.output["trace"], second.output["trace"]]), whole.output["trace"])
+    ragged = nirbridge.run(gm, half, compile=True, record="all", chunk=13)  # chunks of 13, 13, 13, 1
+    assert torch.equal(ragged.output["trace"], whole.output["trace"])
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 0, "recompiled"
 
 

@@ -25,15 +25,14 @@ from typing import Any
 import torch
 
 from .errors import CompileWarning
-from .interpret import add_delayed, delayed_only
-from .schedule import Level, Request, state_variables
+from .schedule import Level, Request, node_input, state_variables
 from .state import DELAYED, NODES
 
 __all__ = ["compiled_stepper"]
 
 Stepper = Callable[[Mapping[str, torch.Tensor], Any], Any]
 
-# one compiled function per (module, request); failures are remembered as None
+# one compile attempt per (module, request)
 _CACHE: weakref.WeakKeyDictionary[torch.nn.Module, dict[Any, Any]] = weakref.WeakKeyDictionary()
 _OPTIONS = {
     "cpp_wrapper": True,  # C++ call glue: several times less overhead per scan step on the CPU
@@ -44,6 +43,9 @@ _OPTIONS = {
     # much more when other processes share the cores (matrix products keep torch's threads)
     "cpp.threads": 1,
 }
+# inductor's C++ wrapper (torch 2.13) fails to compile some nested scans (a recurrent
+# subgraph inside a recurrent loop); its Python wrapper is tried next, then eager
+_ATTEMPTS = (_OPTIONS, {k: v for k, v in _OPTIONS.items() if k != "cpp_wrapper"})
 
 
 def compiled_stepper(
@@ -68,32 +70,35 @@ def compiled_stepper(
             rest = {name: x[1:] for name, x in xs.items()}
             tail = step(rest, head[1])
             return _join(head, tail)
-        function = cache.get(key, ...)
-        if function is ...:
-            function = cache[key] = _compile(level, request)
-        if function is None:
-            return eager(xs, state)
-        try:
-            # specialize_float: dt and other Python floats as constants (a float read in two
-            # scan bodies crashes dynamo when it is symbolic); and torch's compiler warns
-            # about its own internals
-            with torch._dynamo.config.patch(specialize_float=True), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", category=DeprecationWarning)
-                warnings.filterwarnings("ignore", module=r"torch\._(dynamo|inductor)")
-                outputs, new_state, recorded = function(*_fresh((dict(xs), state)))
-        except Exception as error:  # noqa: BLE001 - any compiler failure falls back
-            cache[key] = None
-            reason = (
-                f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        attempt = cache.setdefault(key, _Attempt())
+        while attempt.options < len(_ATTEMPTS):
+            if attempt.function is None:
+                attempt.function = _compile(level, request, _ATTEMPTS[attempt.options])
+            try:
+                # specialize_float: dt and other Python floats as constants (a float read in
+                # two scan bodies crashes dynamo when it is symbolic); and torch's compiler
+                # warns about its own internals
+                with torch._dynamo.config.patch(specialize_float=True), warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", category=DeprecationWarning)
+                    warnings.filterwarnings("ignore", module=r"torch\._(dynamo|inductor)")
+                    outputs, new_state, recorded = attempt.function(*_fresh((dict(xs), state)))
+            except Exception as error:  # noqa: BLE001 - any compiler failure falls back
+                attempt.options += 1
+                attempt.function = None
+                if attempt.options == len(_ATTEMPTS):
+                    text = str(error).strip()
+                    reason = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+                    warnings.warn(
+                        f"run(compile=True): compilation failed, running eagerly instead ({reason})",
+                        CompileWarning,
+                        stacklevel=4,
+                    )
+                continue
+            nbytes = sum(
+                v.numel() * v.element_size() for v in outputs.values() if isinstance(v, torch.Tensor)
             )
-            warnings.warn(
-                f"run(compile=True): compilation failed, running eagerly instead ({reason})",
-                CompileWarning,
-                stacklevel=4,
-            )
-            return eager(xs, state)
-        nbytes = sum(v.numel() * v.element_size() for v in outputs.values() if isinstance(v, torch.Tensor))
-        return outputs, new_state, recorded, nbytes
+            return outputs, new_state, recorded, nbytes
+        return eager(xs, state)
 
     return step
 
@@ -164,7 +169,16 @@ def _cat(a: Any, b: Any) -> Any:
     return {k: torch.cat((v, b[k])) for k, v in a.items()}
 
 
-def _compile(level: Level, request: Request) -> Callable[..., Any]:
+class _Attempt:
+    """Where compiling one module and request stands: which of ``_ATTEMPTS`` is in use
+    (all tried and failed: ``len(_ATTEMPTS)``) and its compiled function, once made."""
+
+    def __init__(self) -> None:
+        self.options = 0
+        self.function: Callable[..., Any] | None = None
+
+
+def _compile(level: Level, request: Request, options: Mapping[str, Any]) -> Callable[..., Any]:
     def chunk(xs: dict[str, torch.Tensor], state: dict[str, Any]) -> Any:
         recorded: dict[Any, torch.Tensor] = {}
         values, new_state = _chunk(level, xs, state, request, recorded)
@@ -175,7 +189,7 @@ def _compile(level: Level, request: Request) -> Callable[..., Any]:
     own = types.FunctionType(
         chunk.__code__.replace(), chunk.__globals__, "nirbridge_chunk", None, chunk.__closure__
     )
-    return torch.compile(own, fullgraph=True, dynamic=True, options=_OPTIONS)
+    return torch.compile(own, fullgraph=True, dynamic=True, options=dict(options))
 
 
 def _scan(body: Callable[..., Any], init: Any, xs: Any) -> Any:
@@ -224,10 +238,7 @@ def _chunk(
         name = members[0]
         if name in xs:
             continue
-        sources = [values[s] for s, _ in level.incoming[name]]
-        x = sources[0]
-        for other in sources[1:]:
-            x = x + other
+        x = node_input([values[s] for s, _ in level.incoming[name]])
         if name not in level.modules:
             values[name] = x
             continue
@@ -307,18 +318,11 @@ def _cycle(
         current: dict[str, Any] = {}
         traces: dict[Any, torch.Tensor] = {}
         for name in members:
-            direct = [
-                current[s] if s in inside else outside_t[s] for s, late in level.incoming[name] if not late
-            ]
-            late = [previous[s] for s, is_late in level.incoming[name] if is_late]
-            if direct:
-                x = direct[0]
-                for other in direct[1:]:
-                    x = x + other
-                if late:
-                    x = add_delayed(x, *late)
-            else:
-                x = delayed_only(outside_t[reference], level.late_shapes[name], *late)
+            x = node_input(
+                [current[s] if s in inside else outside_t[s] for s, late in level.incoming[name] if not late],
+                [previous[s] for s, late in level.incoming[name] if late],
+                lambda name=name: (outside_t[reference], level.late_shapes[name]),
+            )
             module = level.modules[name]
             if name in level.children:
                 child = level.children[name]

@@ -24,7 +24,7 @@ does).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -35,7 +35,7 @@ from .errors import NirBridgeError
 from .interpret import add_delayed, delayed_only, forward_takes_state
 from .state import DELAYED, NODES, unpack_state
 
-__all__ = ["Level", "SPIKING", "level_of", "state_variables"]
+__all__ = ["SPIKING", "Level", "level_of", "node_input", "state_variables"]
 
 SPIKING = frozenset({"IF", "LIF", "CubaLIF", "Threshold"})
 """NIR node types whose output is spikes (0/1)."""
@@ -173,10 +173,7 @@ def run_chunk(
         name = members[0]
         if name in xs:
             continue
-        sources = [values[s] for s, _ in level.incoming[name]]
-        x = sources[0]
-        for other in sources[1:]:
-            x = x + other
+        x = node_input([values[s] for s, _ in level.incoming[name]])
         if name not in level.modules:  # an Output node
             values[name] = x
             continue
@@ -205,6 +202,24 @@ def run_chunk(
         DELAYED: {source: new_delayed[source] for source in level.delayed_sources},
     }
     return values, state_out
+
+
+def node_input(
+    direct: list[torch.Tensor], late: list[torch.Tensor | None] = (), empty: Callable[[], Any] | None = None
+) -> torch.Tensor:
+    """A node's summed input for one step (or a chunk), added as one step adds it:
+    direct edges in edge order, then the delayed edges' previous outputs (``None`` at
+    the first step). A node fed only by delayed edges starts from zeros:
+    ``empty()`` gives ``(reference, shape)``, a tensor whose first axis is the batch
+    and the input's shape without it."""
+    if direct:
+        x = direct[0]
+        for other in direct[1:]:
+            x = x + other
+        return add_delayed(x, *late) if late else x
+    assert empty is not None
+    reference, shape = empty()
+    return delayed_only(reference, shape, *late)
 
 
 def _graph_output(level: Level, values: Mapping[str, Any]) -> Any:
@@ -295,15 +310,11 @@ def _step_cycle(
     for t in range(steps):
         current: dict[str, Any] = {}
         for name, direct_sources, late_sources, module, kind, wanted in recipes:
-            late = [previous[s] for s in late_sources]
-            if direct_sources:
-                x = current[direct_sources[0][1]] if direct_sources[0][0] else direct_sources[0][1][t]
-                for is_current, source in direct_sources[1:]:
-                    x = x + (current[source] if is_current else source[t])
-                if late:
-                    x = add_delayed(x, *late)
-            else:
-                x = delayed_only(values[level.inputs[0]][t], level.late_shapes[name], *late)
+            x = node_input(
+                [current[source] if is_current else source[t] for is_current, source in direct_sources],
+                [previous[s] for s in late_sources],
+                lambda name=name, t=t: (values[level.inputs[0]][t], level.late_shapes[name]),
+            )
             if kind == "stateless":
                 out = module(x)
             elif kind == "child":

@@ -183,3 +183,34 @@ def test_compiled_convolutions_equal_eager_ones(rng):
     assert eager.records["if1"].sum() > 0
     for key, value in eager.records.items():
         assert torch.equal(compiled.records[key], value), key
+
+
+def test_a_recurrent_subgraph_inside_a_loop_compiles_without_the_cpp_wrapper(rng):
+    """torch 2.13's C++ wrapper cannot compile these nested scans (found by random graphs):
+    the Python wrapper is tried next, silently, and gives the same values."""
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "block": recurrent_block(rng, 3),
+            "integrator": nir.I(r=rng.uniform(0.5, 2, 3)),
+            "readout": nir.Affine(rng.normal(size=(1, 3)), rng.normal(size=1)),
+            "output": nir.Output(np.array([1])),
+        },
+        edges=[
+            ("input", "block"),
+            ("block", "integrator"),
+            ("integrator", "readout"),
+            ("integrator", "block"),
+            ("readout", "output"),
+        ],
+        type_check=False,
+    )
+    gm = nirbridge.nir_to_torch(graph, dt=DT).requires_grad_(False)
+    x = torch.from_numpy(rng.uniform(0, 3, (20, 4, 3))).float()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compiled = nirbridge.run(gm, x, compile=True, record="all", chunk=7)
+    eager = nirbridge.run(gm, x, record="all")
+    for key, value in eager.records.items():
+        assert torch.equal(compiled.records[key], value), key
+    assert torch.equal(compiled.output, eager.output)

@@ -34,10 +34,14 @@ class Kernel:
     ``pre(x)`` computes the state-independent input term for any number of steps;
     ``advance`` takes one step of it and returns the output (spikes as bool, or a
     fresh copy of ``v``); ``variables()`` gives the live state variables and
-    ``state()`` the state in the module's NamedTuple.
+    ``state()`` the state in the module's NamedTuple. ``fire`` is
+    ``(v_threshold, v_reset)`` for spiking models, ``None`` otherwise.
     """
 
-    spiking = False
+    def __init__(self, v: torch.Tensor, fire: Any) -> None:
+        self.v = v
+        self.fire = fire
+        self.spiking = fire is not None
 
     def pre(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -45,11 +49,19 @@ class Kernel:
     def advance(self, pre: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def _output(self) -> torch.Tensor:
+        """After the update of ``v``: spike and reset, or a copy of ``v``."""
+        if self.fire is None:
+            return self.v.clone()
+        fired = torch.gt(self.v, self.fire[0])
+        self.v = torch.where(fired, self.fire[1], self.v)
+        return fired
+
     def variables(self) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
+        return {"v": self.v}
 
     def state(self) -> Any:
-        raise NotImplementedError
+        return F.IState(self.v)
 
 
 def _private(value: torch.Tensor, shape: torch.Size) -> torch.Tensor:
@@ -60,27 +72,15 @@ class IKernel(Kernel):
     """I and IF: ``v <- v + dt * r * x``; IF then spikes and resets."""
 
     def __init__(self, state: F.IState, shape: torch.Size, r: torch.Tensor, dt: float, fire: Any = None):
-        self.v = _private(state.v, shape)
+        super().__init__(_private(state.v, shape), fire)
         self.scale = dt * r
-        self.fire = fire  # (v_threshold, v_reset) for IF
-        self.spiking = fire is not None
 
     def pre(self, x: torch.Tensor) -> torch.Tensor:
         return self.scale * x
 
     def advance(self, pre: torch.Tensor) -> torch.Tensor:
         self.v.add_(pre)
-        if self.fire is None:
-            return self.v.clone()
-        fired = torch.gt(self.v, self.fire[0])
-        self.v = torch.where(fired, self.fire[1], self.v)
-        return fired
-
-    def variables(self) -> dict[str, torch.Tensor]:
-        return {"v": self.v}
-
-    def state(self) -> F.IState:
-        return F.IState(self.v)
+        return self._output()
 
 
 class LIKernel(Kernel):
@@ -96,10 +96,8 @@ class LIKernel(Kernel):
         dt: float,
         fire: Any = None,
     ):
-        self.v = _private(state.v, shape)
+        super().__init__(_private(state.v, shape), fire)
         self.a, self.r, self.v_leak = dt / tau, r, v_leak
-        self.fire = fire
-        self.spiking = fire is not None
 
     def pre(self, x: torch.Tensor) -> torch.Tensor:
         return self.r * x
@@ -108,17 +106,7 @@ class LIKernel(Kernel):
         step = torch.sub(self.v_leak, self.v)
         step.add_(pre).mul_(self.a)
         self.v.add_(step)
-        if self.fire is None:
-            return self.v.clone()
-        fired = torch.gt(self.v, self.fire[0])
-        self.v = torch.where(fired, self.fire[1], self.v)
-        return fired
-
-    def variables(self) -> dict[str, torch.Tensor]:
-        return {"v": self.v}
-
-    def state(self) -> F.IState:
-        return F.IState(self.v)
+        return self._output()
 
 
 class CubaKernel(Kernel):
@@ -136,11 +124,10 @@ class CubaKernel(Kernel):
         dt: float,
         fire: Any = None,
     ):
-        self.i, self.v = _private(state.i, shape), _private(state.v, shape)
+        super().__init__(_private(state.v, shape), fire)
+        self.i = _private(state.i, shape)
         self.a_syn, self.a_mem = dt / tau_syn, dt / tau_mem
         self.r, self.v_leak, self.w_in = r, v_leak, w_in
-        self.fire = fire
-        self.spiking = fire is not None
 
     def pre(self, x: torch.Tensor) -> torch.Tensor:
         return self.w_in * x
@@ -152,11 +139,7 @@ class CubaKernel(Kernel):
         step = torch.sub(self.v_leak, self.v)
         step.add_(torch.mul(self.r, self.i)).mul_(self.a_mem)
         self.v.add_(step)
-        if self.fire is None:
-            return self.v.clone()
-        fired = torch.gt(self.v, self.fire[0])
-        self.v = torch.where(fired, self.fire[1], self.v)
-        return fired
+        return self._output()
 
     def variables(self) -> dict[str, torch.Tensor]:
         return {"i": self.i, "v": self.v}

@@ -33,6 +33,7 @@ import torch.fx as fx
 from . import graph as graph_utils
 from .errors import NirBridgeError
 from .interpret import add_delayed, delayed_only, forward_takes_state
+from .neurons.modules import Neuron
 from .state import DELAYED, NODES, unpack_state
 
 __all__ = ["SPIKING", "Level", "level_of", "node_input", "state_variables"]
@@ -239,9 +240,8 @@ def _scan(
 ) -> tuple[torch.Tensor, Any]:
     wanted = request.variables.get(name, set())
     want_all = name in request.variables and wanted is None
-    scan = getattr(module, "scan", None)
-    if callable(scan):  # nirbridge's neurons: one call for the whole chunk
-        out, state, traces = scan(x, state, trace=bool(want_all or wanted))
+    if isinstance(module, Neuron):  # nirbridge's neurons: one call for the whole chunk
+        out, state, traces = module.scan(x, state, trace=bool(want_all or wanted))
         if want_all or wanted:
             for var, value in traces.items():
                 if want_all or var in wanted:
@@ -366,15 +366,14 @@ def _pick_live(level: Level, name: str, module: torch.nn.Module, kernel: Any, wa
 
 def _kernel(module: torch.nn.Module, state: Any, x: torch.Tensor, grad: bool) -> Any:
     """An in-place stepper for one of nirbridge's neurons when no gradient is needed."""
-    make = getattr(module, "kernel", None)
-    if not callable(make) or not callable(getattr(module, "initial_state", None)):
+    if not isinstance(module, Neuron):
         return None
     if state is None:
         state = module.initial_state(x)
     tensors = [*module.buffers(), *module.parameters(), *(s for s in state if isinstance(s, torch.Tensor))]
     if grad and (x.requires_grad or any(t.requires_grad for t in tensors)):
         return None
-    return make(state, x)
+    return module.kernel(state, x)
 
 
 def _step_child(

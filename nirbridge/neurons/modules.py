@@ -20,7 +20,7 @@ from ..errors import ParameterError
 from . import functional as F
 from . import scan as S
 
-__all__ = ["DEFAULT_DT", "I", "IF", "LI", "LIF", "CubaLI", "CubaLIF", "Delay"]
+__all__ = ["DEFAULT_DT", "IF", "LI", "LIF", "CubaLI", "CubaLIF", "Delay", "I", "Neuron"]
 
 DEFAULT_DT = 1e-4
 
@@ -60,8 +60,9 @@ def check_dt(dt: Any, owner: str = "dt") -> float:
     return value
 
 
-class _Neuron(torch.nn.Module):
-    """Shared machinery: parameter buffers, dt, broadcast shapes."""
+class Neuron(torch.nn.Module):
+    """What nirbridge's neuron modules share: parameter buffers, dt, broadcast shapes,
+    the initial state, and :meth:`scan` / :meth:`kernel` for running many steps."""
 
     params: ClassVar[tuple[str, ...]] = ()
     nir_type: ClassVar[type]
@@ -139,7 +140,7 @@ class _Neuron(torch.nn.Module):
         return f"shape={shape}, dt={self.dt:g}"
 
     @classmethod
-    def from_nir(cls, node: Any, dt: float = DEFAULT_DT) -> _Neuron:
+    def from_nir(cls, node: Any, dt: float = DEFAULT_DT) -> Neuron:
         """Build the module from a NIR node of the matching type."""
         values = {name: getattr(node, name) for name in cls.params}
         if "v_reset" in values and values["v_reset"] is None:  # nir's default reset is 0
@@ -154,7 +155,7 @@ class _Neuron(torch.nn.Module):
         return self.nir_type(**values)
 
 
-class I(_Neuron):  # noqa: E742
+class I(Neuron):  # noqa: E742
     r"""Integrator: :math:`v \leftarrow v + \Delta t\, r\, x`; outputs :math:`v`.
 
     Args:
@@ -180,7 +181,7 @@ class I(_Neuron):  # noqa: E742
         return F.i_step(x, state, self.r, self.dt)
 
 
-class LI(_Neuron):
+class LI(Neuron):
     r"""Leaky integrator: :math:`v \leftarrow v + \frac{\Delta t}{\tau}(v_{leak} - v + r x)`.
 
     Args:
@@ -210,7 +211,7 @@ class LI(_Neuron):
         return F.li_step(x, state, self.tau, self.r, self.v_leak, self.dt)
 
 
-class IF(_Neuron):
+class IF(Neuron):
     r"""Integrate-and-fire: :math:`v \leftarrow v + \Delta t\, r\, x`, spike where
     :math:`v > v_{threshold}`, then :math:`v \leftarrow v_{reset}` where it spiked.
 
@@ -246,7 +247,7 @@ class IF(_Neuron):
         return F.if_step(x, state, self.r, self.v_threshold, self.v_reset, self.dt)
 
 
-class LIF(_Neuron):
+class LIF(Neuron):
     r"""Leaky integrate-and-fire:
     :math:`v \leftarrow v + \frac{\Delta t}{\tau}(v_{leak} - v + r x)`, spike where
     :math:`v > v_{threshold}`, then :math:`v \leftarrow v_{reset}` where it spiked.
@@ -288,7 +289,7 @@ class LIF(_Neuron):
         return F.lif_step(x, state, self.tau, self.r, self.v_leak, self.v_threshold, self.v_reset, self.dt)
 
 
-class CubaLI(_Neuron):
+class CubaLI(Neuron):
     r"""Current-based leaky integrator:
     :math:`i \leftarrow i + \frac{\Delta t}{\tau_{syn}}(-i + w_{in} x)`, then
     :math:`v \leftarrow v + \frac{\Delta t}{\tau_{mem}}(v_{leak} - v + r i)`; outputs :math:`v`.
@@ -333,7 +334,7 @@ class CubaLI(_Neuron):
         return F.cuba_li_step(x, state, self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in, self.dt)
 
 
-class CubaLIF(_Neuron):
+class CubaLIF(Neuron):
     r"""Current-based LIF: the :class:`CubaLI` updates, then spike where
     :math:`v > v_{threshold}` and :math:`v \leftarrow v_{reset}` where it spiked.
 

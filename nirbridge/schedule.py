@@ -302,7 +302,13 @@ def _step_cycle(
         )
         for name in members
     ]
-    grad = torch.is_grad_enabled()
+    # in-place kernels only where no gradient can reach the loop: a step's input may
+    # need one later even when the first step's does not (through a delayed edge)
+    kernels_allowed = not torch.is_grad_enabled() or not _any_requires_grad(
+        [*(level.modules[n] for n in members)],
+        [values[s] for s in {s for n in members for s, _ in level.incoming[n]} - inside],
+        [new_nodes.get(n) for n in members] + [previous[s] for s in previous],
+    )
     kernels: dict[str, Any] = {}
     outs: dict[str, list[Any]] = {name: [] for name in members}
     nested_records: dict[tuple[str, str | None], list[torch.Tensor]] = {}
@@ -321,7 +327,7 @@ def _step_cycle(
                 out = _step_child(level, name, x, new_nodes, request, nested_records)
             else:
                 if t == 0:
-                    kernels[name] = _kernel(module, new_nodes.get(name), x, grad)
+                    kernels[name] = _kernel(module, new_nodes.get(name), x) if kernels_allowed else None
                 kernel = kernels[name]
                 if kernel is not None:
                     out = kernel.advance(kernel.pre(x))
@@ -364,16 +370,20 @@ def _pick_live(level: Level, name: str, module: torch.nn.Module, kernel: Any, wa
     return {var: value.clone() for var, value in chosen.items()}
 
 
-def _kernel(module: torch.nn.Module, state: Any, x: torch.Tensor, grad: bool) -> Any:
-    """An in-place stepper for one of nirbridge's neurons when no gradient is needed."""
+def _kernel(module: torch.nn.Module, state: Any, x: torch.Tensor) -> Any:
+    """An in-place stepper for one of nirbridge's neurons (for inference)."""
     if not isinstance(module, Neuron):
         return None
-    if state is None:
-        state = module.initial_state(x)
-    tensors = [*module.buffers(), *module.parameters(), *(s for s in state if isinstance(s, torch.Tensor))]
-    if grad and (x.requires_grad or any(t.requires_grad for t in tensors)):
-        return None
-    return module.kernel(state, x)
+    return module.kernel(module.initial_state(x) if state is None else state, x)
+
+
+def _any_requires_grad(modules: list[torch.nn.Module], *trees: Any) -> bool:
+    """Whether a parameter or buffer of ``modules``, or a tensor in ``trees``, requires grad."""
+    from torch.utils._pytree import tree_leaves
+
+    tensors = [t for m in modules for t in (*m.parameters(), *m.buffers())]
+    tensors += [t for t in tree_leaves(trees) if isinstance(t, torch.Tensor)]
+    return any(t.requires_grad for t in tensors)
 
 
 def _step_child(

@@ -269,6 +269,31 @@ def test_gradients_through_run_equal_stepping_gradients(rng):
         assert grads[0][key].abs().sum() > 0, key
 
 
+def test_gradients_reach_a_loop_whose_first_input_needs_none(rng):
+    """The Input feeds the loop directly: only the delayed edge, from the second step on,
+    carries gradients into the neuron; run must still step it with its surrogate."""
+    n = 4
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([n])),
+            "lif": neuron_params(rng, n, "LIF"),
+            "w_rec": nir.Affine(rng.normal(size=(n, n)), rng.normal(size=n)),
+            "output": nir.Output(np.array([n])),
+        },
+        edges=[("input", "lif"), ("lif", "w_rec"), ("w_rec", "lif"), ("w_rec", "output")],
+        type_check=False,
+    )
+    x = torch.from_numpy(rng.uniform(0, 5, (25, 3, n)))
+    grads = []
+    for use_run in (True, False):
+        gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
+        out = nirbridge.run(gm, x).output if use_run else step_module(gm, {"input": x})[0]
+        out.pow(2).sum().backward()
+        grads.append({k: p.grad.clone() for k, p in gm.named_parameters()})
+    for key in grads[0]:
+        torch.testing.assert_close(grads[0][key], grads[1][key], rtol=1e-12, atol=1e-12)
+
+
 def test_truncated_bptt_windows(rng):
     gm = nirbridge.nir_to_torch(lif_graph(rng), dt=DT)
     optimiser = torch.optim.SGD(gm.parameters(), lr=1e-3)

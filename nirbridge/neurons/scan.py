@@ -54,7 +54,7 @@ class Kernel:
         if self.fire is None:
             return self.v.clone()
         fired = torch.gt(self.v, self.fire[0])
-        self.v = torch.where(fired, self.fire[1], self.v)
+        torch.where(fired, self.fire[1], self.v, out=self.v)  # elementwise: in place is safe
         return fired
 
     def variables(self) -> dict[str, torch.Tensor]:

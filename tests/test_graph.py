@@ -7,8 +7,11 @@ import warnings
 import nir
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import nirbridge
+from nirbridge import graph as graph_utils
 from nirbridge.graph import check_edges, evaluation_order, infer_shapes, plan
 
 
@@ -147,3 +150,53 @@ def test_fan_in_shape_mismatch():
         warnings.simplefilter("error")
         with pytest.raises(nirbridge.ShapeMismatchError, match="'s'.*summed"):
             infer_shapes(graph, plan(graph))
+
+
+def test_cycles_group_loops_in_step_order():
+    def affine():
+        return nir.Affine(np.eye(2), np.zeros(2))
+
+    graph = nir.NIRGraph(
+        nodes={
+            "i": nir.Input(np.array([2])),
+            "a": affine(),
+            "b": affine(),
+            "c": affine(),
+            "s": nir.Scale(np.ones(2)),
+            "o": nir.Output(np.array([2])),
+        },
+        edges=[("i", "a"), ("a", "b"), ("b", "a"), ("a", "c"), ("c", "s"), ("s", "s"), ("s", "o")],
+        type_check=False,
+    )
+    the_plan = graph_utils.plan(graph)
+    assert the_plan.order == ["i", "a", "c", "s", "o", "b"]  # c sits between the loop's members
+    assert graph_utils.cycles(the_plan) == [
+        (["i"], False),
+        (["a", "b"], True),
+        (["c"], False),
+        (["s"], True),  # a self-loop
+        (["o"], False),
+    ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 12), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)), max_size=30))
+def test_cycles_hold_every_delayed_edge_and_come_after_their_sources(n, pairs):
+    names = [f"n{k}" for k in range(n)]
+    edges = [("in", names[0])] + [(names[a % n], names[b % n]) for a, b in pairs]
+    edges += [(names[k - 1], names[k]) for k in range(1, n)]  # everything reachable
+    nodes = {"in": nir.Input(np.array([1])), **{m: nir.Scale(np.ones(1)) for m in names}}
+    the_plan = graph_utils.plan(nir.NIRGraph(nodes=nodes, edges=edges, type_check=False))
+    units = graph_utils.cycles(the_plan)
+    unit_of = {m: k for k, (members, _) in enumerate(units) for m in members}
+    assert sorted(unit_of) == sorted(the_plan.order)
+    for target, sources in the_plan.incoming.items():
+        for source, delayed in sources:
+            if delayed:  # inside one cyclic unit
+                assert unit_of[source] == unit_of[target] and units[unit_of[target]][1]
+            else:  # a source's unit comes first, or it is the same unit
+                assert unit_of[source] <= unit_of[target]
+    for members, cyclic in units:
+        assert members == [m for m in the_plan.order if m in members]
+        if not cyclic:
+            assert len(members) == 1

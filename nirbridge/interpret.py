@@ -243,6 +243,18 @@ class NIRGraphModule(fx.GraphModule):
             return modules[name]
         return super().__getattr__(name)
 
+    def __reduce__(self) -> Any:
+        # fx rebuilds a pickled GraphModule from its code and forgets ``meta``, which
+        # holds what nirbridge.run and torch_to_nir need: restore it after rebuilding
+        rebuild, arguments = super().__reduce__()
+        return _with_meta, (rebuild, arguments, self.meta)
+
+
+def _with_meta(rebuild: Callable[..., fx.GraphModule], arguments: tuple, meta: dict) -> fx.GraphModule:
+    module = rebuild(*arguments)
+    module.meta.update(meta)
+    return module
+
 
 class _Retracer(fx.Tracer):
     """The tracer fx uses to rebuild a pickled module from its code: nirbridge's state

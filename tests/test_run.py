@@ -323,6 +323,18 @@ def test_paths_and_graphs_are_built_with_dt(tmp_path, rng):
     assert from_file.dt == DT
 
 
+def test_pickled_and_copied_modules_run_with_records(rng):
+    import pickle
+
+    gm = nirbridge.nir_to_torch(lif_graph(rng), dt=DT).requires_grad_(False)
+    x = torch.from_numpy(rng.uniform(0, 3, (20, 2, 3))).float()
+    original = nirbridge.run(gm, x, record="all")
+    for other in (pickle.loads(pickle.dumps(gm)), copy.deepcopy(gm)):
+        again = nirbridge.run(other, x, record="all")
+        assert torch.equal(again.output, original.output)
+        assert again.records.keys() == original.records.keys()
+
+
 def test_progress_bar(rng, capsys):
     gm = nirbridge.nir_to_torch(lif_graph(rng), dt=DT)
     x = torch.zeros(30, 2, 3)

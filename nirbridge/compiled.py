@@ -54,7 +54,7 @@ def compiled_stepper(
     """A chunk stepper that runs compiled code, with ``eager`` for fresh states, for
     gradients, and as the fallback when compilation fails."""
     if level is None:
-        return _single(module, eager)
+        return eager  # a lone module: nothing to schedule
     key = _request_key(request)
     cache = _CACHE.setdefault(module, {})
 
@@ -121,11 +121,6 @@ def _fresh(tree: Any) -> Any:
         return t
 
     return tree_map(dense, tree)
-
-
-def _single(module: torch.nn.Module, eager: Stepper) -> Stepper:
-    """A lone module: nothing to gain from compiling one layer's loop here."""
-    return eager
 
 
 def _warn_once(cache: dict[Any, Any], what: str, why: str) -> None:

@@ -23,7 +23,7 @@ import torch
 
 from .errors import InputError, ParameterError
 from .schedule import SPIKING, Level, RecordError, Request, is_built, level_of, run_chunk
-from .state import DELAYED, NODES, StateError
+from .state import NODES, StateError, unpack_state
 
 __all__ = ["CHUNK_BYTES", "Run", "SequenceModule", "run"]
 
@@ -437,13 +437,10 @@ def _check_state(level: Level | None, state: Any, where: str) -> None:
     """A state must be the kind of dict this module returns: same node and delayed keys."""
     if state is None or level is None:
         return
-    if not isinstance(state, dict) or not set(state) <= {NODES, DELAYED}:
-        keys = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
-        raise StateError(
-            f"{where} must be None or the state a previous call returned, a dict with keys "
-            f"{NODES!r} and {DELAYED!r}; got {keys}"
-        )
-    nodes, delayed = state.get(NODES) or {}, state.get(DELAYED) or {}
+    try:
+        nodes, delayed = unpack_state(state)
+    except StateError as error:
+        raise StateError(f"{where}: {error}") from None
     expected = {n for n, s in level.stateful.items() if s}
     problems = []
     for kind, got, want in (

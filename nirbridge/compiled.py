@@ -245,7 +245,7 @@ def _chunk(
             )
             out = inner[child.outputs[0]] if len(child.outputs) == 1 else None
         elif level.stateful[name]:
-            wanted = _wanted(request, name)
+            wanted = request.wanted(name)
 
             def body(carry: Any, x_t: torch.Tensor, module: Any = module, wanted: Any = wanted) -> Any:
                 out_t, carry = module(x_t, state=carry)
@@ -264,13 +264,6 @@ def _chunk(
         NODES: {name: new_nodes[name] for name in level.modules if level.stateful[name]},
         DELAYED: {source: new_delayed[source] for source in level.delayed_sources},
     }
-
-
-def _wanted(request: Request, name: str) -> set[str] | bool | None:
-    """The state variables to record for ``name``: None for all, False for none."""
-    if name not in request.variables:
-        return False
-    return request.variables[name]
 
 
 def _variables(
@@ -334,7 +327,7 @@ def _cycle(
                     traces[key] = value[0]
             elif level.stateful[name]:
                 out, states[name] = module(x, state=states[name])
-                for var, value in _variables(module, states[name], _wanted(request, name)).items():
+                for var, value in _variables(module, states[name], request.wanted(name)).items():
                     traces[(level.prefix + name, var)] = value
             else:
                 out = module(x)

@@ -142,8 +142,9 @@ class Request:
     variables: dict[str, set[str] | None] = dataclasses.field(default_factory=dict)
     nested: dict[str, Request] = dataclasses.field(default_factory=dict)
 
-    def empty(self) -> bool:
-        return not (self.outputs or self.variables or any(not r.empty() for r in self.nested.values()))
+    def wanted(self, name: str) -> set[str] | bool | None:
+        """The state variables to record for node ``name``: a set, None for all, False for none."""
+        return self.variables[name] if name in self.variables else False
 
 
 Recorded = dict[tuple[str, str | None], torch.Tensor]  # (node path, variable or None) -> [Tc, B, ...]
@@ -298,7 +299,7 @@ def _step_cycle(
             [s for s, late in level.incoming[name] if late],
             level.modules[name],
             "child" if name in level.children else "stateful" if level.stateful[name] else "stateless",
-            request.variables.get(name, False) if name in request.variables else False,
+            request.wanted(name),
         )
         for name in members
     ]

@@ -3,6 +3,11 @@
 Every error raised on bad input is a :class:`NirBridgeError`. Each subclass names the
 node, edge, file or parameter at fault and says what to do about it, so a message can
 be acted on without reading nirbridge's source.
+
+Errors about what a graph or model holds (unsupported node types and modules, missing
+shapes, broken wiring, shapes or parameters that do not fit, bad inputs) also subclass
+``ValueError``, which is what nirtorch raises for them: code written for nirtorch that
+catches ``ValueError`` keeps catching them.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ class NirBridgeError(Exception):
     """Base class of every error nirbridge raises on bad input."""
 
 
-class GraphStructureError(NirBridgeError):
+class GraphStructureError(NirBridgeError, ValueError):
     """The graph's wiring is unusable: a missing node, no Input, a bad name."""
 
 
@@ -34,7 +39,7 @@ class MissingNodeError(GraphStructureError):
         self.file = file
 
 
-class UnsupportedNodeError(NirBridgeError):
+class UnsupportedNodeError(NirBridgeError, ValueError):
     """One or more node types have no entry in the node map."""
 
     def __init__(self, offenders: dict[str, list[str]], supported: Iterable[str]) -> None:
@@ -52,7 +57,7 @@ class UnsupportedNodeError(NirBridgeError):
         self.offenders = offenders
 
 
-class UnsupportedModuleError(NirBridgeError):
+class UnsupportedModuleError(NirBridgeError, ValueError):
     """:func:`nirbridge.torch_to_nir` met module types or functions its map lacks.
 
     ``offenders`` maps each description (``"module ReLU"``, ``"function torch.sigmoid"``)
@@ -71,7 +76,7 @@ class UnsupportedModuleError(NirBridgeError):
         self.offenders = offenders
 
 
-class UnsupportedImplementationError(NirBridgeError):
+class UnsupportedImplementationError(NirBridgeError, ValueError):
     """The elasticai.creator IR holds implementation types with no NIR converter.
 
     ``offenders`` maps each type to the IR nodes that use it.
@@ -95,7 +100,7 @@ class TraceError(NirBridgeError):
     calls fx cannot follow); the message names the module and the cause."""
 
 
-class MissingShapeError(NirBridgeError):
+class MissingShapeError(NirBridgeError, ValueError):
     """A shape NIR needs cannot be found without an example input."""
 
 
@@ -110,15 +115,15 @@ class NodeConversionError(NirBridgeError):
         self.node_type = node_type
 
 
-class ShapeMismatchError(NirBridgeError):
+class ShapeMismatchError(NirBridgeError, ValueError):
     """A node's parameters do not fit the shape of what flows into it."""
 
 
-class InputError(NirBridgeError):
+class InputError(NirBridgeError, ValueError):
     """Inputs given to a module or to :func:`nirbridge.run` do not fit the graph's Input nodes."""
 
 
-class ParameterError(NirBridgeError):
+class ParameterError(NirBridgeError, ValueError):
     """A parameter value is unusable (wrong shape, wrong kind, out of range)."""
 
 

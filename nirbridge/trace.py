@@ -177,6 +177,10 @@ def torch_to_nir(
     example_input: torch.Tensor | Sequence[torch.Tensor] | None = None,
     skip: Iterable[Any] = (),
     dt: float | None = None,
+    default_dict: ModuleMap | None = None,
+    stateful_modules: Iterable[type] | None = None,
+    concrete_args: Mapping[str, Any] | None = None,
+    type_check: bool = False,
 ) -> nir.NIRGraph:
     """Trace a torch model into a ``nir.NIRGraph`` that runs exactly like it.
 
@@ -190,7 +194,8 @@ def torch_to_nir(
             keys name the Output nodes).
         module_map: ``{module type, function or tensor method: fn}``; ``fn(module)``
             returns a ``nir.NIRNode`` (for functions ``fn(*args, **kwargs)``). Entries
-            win over the defaults. The value :data:`BRIDGE` leaves a module out.
+            win over the defaults. The value :data:`BRIDGE` (or ``None``, as in
+            nirtorch) leaves a module out, its input connected to its consumers.
         default_map: the defaults to merge ``module_map`` into; ``None`` means
             :data:`DEFAULT_MAP`, ``{}`` means no defaults.
         example_input: a tensor, or a tuple with one tensor per Input, batch axis first.
@@ -202,6 +207,16 @@ def torch_to_nir(
         dt: the time step in seconds the graph is meant to run at, recorded in
             ``graph.metadata["dt"]``. Defaults to the ``dt`` of the model's neuron
             modules (which must agree), else 1e-4.
+        default_dict: nirtorch's name for ``default_map``; give one or the other.
+        stateful_modules: module types whose ``forward`` returns ``(output, state)``
+            besides those nirbridge recognises (a ``state`` parameter, modules built by
+            :func:`nirbridge.nir_to_torch`); the tracer follows ``output`` (nirtorch's
+            keyword).
+        concrete_args: values to trace ``forward`` arguments at, ``{name: value}``;
+            those arguments do not become Input nodes (nirtorch's keyword).
+        type_check: also run nir's own type check (``nir.NIRGraph.check_types``) on the
+            result (nirtorch's keyword). nirbridge's shape inference fills and checks the
+            types of every graph it exports either way, so it is off by default.
 
     Returns:
         A ``nir.NIRGraph`` whose nodes all carry input and output types, so that nir's
@@ -216,8 +231,15 @@ def torch_to_nir(
     """
     if not isinstance(module, nn.Module):
         raise NirBridgeError(f"torch_to_nir expects a torch.nn.Module, got {type(module).__name__}")
+    if default_dict is not None:
+        if default_map is not None:
+            raise ParameterError(
+                "torch_to_nir got both default_map= and default_dict= (nirtorch's name for it); give one"
+            )
+        default_map = default_dict
     merged: dict[Any, Any] = dict(DEFAULT_MAP if default_map is None else default_map)
     merged.update(module_map or {})
+    merged = {key: BRIDGE if value is None else value for key, value in merged.items()}
     if skip is None:
         skip = ()
     elif isinstance(skip, type):
@@ -226,7 +248,27 @@ def torch_to_nir(
         if not (isinstance(entry, type) or callable(entry)):
             raise NirBridgeError(f"skip=... takes module types, got {entry!r}")
         merged[entry] = BRIDGE
-    return export(module, merged, example_input=example_input, dt=dt)
+    stateful = None
+    if stateful_modules:
+        extra = tuple(stateful_modules)
+        if not all(isinstance(t, type) for t in extra):
+            raise ParameterError(f"stateful_modules=... takes module types, got {extra!r}")
+
+        def stateful(m: nn.Module) -> bool:
+            return isinstance(m, extra) or _is_stateful(m)
+
+    graph = export(
+        module, merged, example_input=example_input, dt=dt, stateful=stateful, concrete_args=concrete_args
+    )
+    if type_check:
+        try:
+            graph.check_types()
+        except (ValueError, NotImplementedError) as error:
+            raise ShapeMismatchError(
+                f"nir's type check rejects the exported graph: {error}. nirbridge's own shape "
+                "inference accepted it; pass type_check=False to export without nir's check."
+            ) from None
+    return graph
 
 
 def export(
@@ -236,17 +278,19 @@ def export(
     example_input: Any = None,
     dt: float | None = None,
     stateful: Callable[[nn.Module], bool] | None = None,
+    concrete_args: Mapping[str, Any] | None = None,
 ) -> nir.NIRGraph:
     """:func:`torch_to_nir` with a map already merged, for the simulator adapters.
 
     ``stateful(module)`` says whether a leaf returns a tuple whose first item is its
     output and whose other items are state (snntorch's ``(spk, mem)``); by default,
     modules whose ``forward`` has a ``state`` parameter and modules built by
-    :func:`nirbridge.nir_to_torch` do.
+    :func:`nirbridge.nir_to_torch` do. ``concrete_args`` fixes ``forward`` arguments.
     """
     if dt is not None:
         dt = check_dt(dt, "torch_to_nir(dt=...)")
-    return _Exporter(dict(the_map), stateful or _is_stateful).export(module, example_input, dt)
+    exporter = _Exporter(dict(the_map), stateful or _is_stateful, dict(concrete_args or {}))
+    return exporter.export(module, example_input, dt)
 
 
 # ----------------------------------------------------------------------------- lookups
@@ -543,9 +587,12 @@ class _Pending:
 
 
 class _Exporter:
-    def __init__(self, the_map: dict[Any, Any], stateful: Callable[[nn.Module], bool]) -> None:
+    def __init__(
+        self, the_map: dict[Any, Any], stateful: Callable[[nn.Module], bool], concrete: dict[str, Any]
+    ) -> None:
         self.the_map = the_map
         self.is_stateful = stateful
+        self.concrete = concrete
         self.untraceable: dict[str, str] = {}
 
     # -- entry ---------------------------------------------------------------------
@@ -584,6 +631,12 @@ class _Exporter:
             raise TraceError(
                 f"cannot read the signature of {type(module).__name__}.forward: {error}"
             ) from None
+        unknown = sorted(set(self.concrete) - set(signature.parameters))
+        if unknown:
+            raise ParameterError(
+                f"concrete_args names {unknown}, which {type(module).__name__}.forward does not take "
+                f"(its arguments: {list(signature.parameters)})"
+            )
         input_names, concrete = [], {}
         for param in signature.parameters.values():
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -592,7 +645,9 @@ class _Exporter:
                     "arguments to name the Input nodes. Wrap the model in a module whose forward "
                     "names each input."
                 )
-            if param.name == "state":
+            if param.name in self.concrete:
+                concrete[param.name] = self.concrete[param.name]
+            elif param.name == "state":
                 concrete["state"] = None  # traced at state=None, with or without a default
             elif param.default is param.empty:
                 input_names.append(param.name)

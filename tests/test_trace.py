@@ -787,3 +787,87 @@ def test_a_torch_layer_as_the_model_and_bad_arguments():
     assert tuple(graph.nodes["output"].output_type["output"]) == (2, 4)
     with pytest.raises(nirbridge.NirBridgeError, match="expects a torch.nn.Module"):
         nirbridge.torch_to_nir(lambda x: x)
+
+
+# ----------------------------------------------------------------------------- nirtorch drop-in
+
+
+def test_nirtorch_style_except_value_error_catches_export_errors():
+    """nirtorch raises ValueError for modules its map lacks; code catching that keeps working."""
+    for model, kwargs, error in [
+        (EverythingWrong(), {}, nirbridge.UnsupportedModuleError),
+        (nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(8, 2)), {}, nirbridge.MissingShapeError),
+        (nn.Sequential(nn.Linear(3, 4)), {"dt": -1.0}, nirbridge.ParameterError),
+    ]:
+        with pytest.raises(ValueError) as info:
+            nirbridge.torch_to_nir(model, **kwargs)
+        assert type(info.value) is error and isinstance(info.value, nirbridge.NirBridgeError)
+
+
+def test_a_none_map_entry_leaves_the_module_out_like_nirtorch():
+    model = nn.Sequential(nn.Dropout(0.1), nn.Linear(3, 5), nn.Dropout(0.2), nn.Linear(5, 2)).eval()
+    graph = nirbridge.torch_to_nir(model, {nn.Dropout: None})
+    assert list(graph.nodes) == ["input", "1", "3", "output"]
+    assert graph.edges == [("input", "1"), ("1", "3"), ("3", "output")]
+    check_against_reference(model, graph, [(3,)], stateful=False, steps=2)
+    # a None default entry is left out too, and the user's entry wins over it
+    graph = nirbridge.torch_to_nir(
+        model,
+        {nn.Dropout: None},
+        default_map={**nirbridge.trace.DEFAULT_MAP, nn.Linear: None},
+        example_input=torch.zeros(1, 3),
+    )
+    assert list(graph.nodes) == ["input", "output"] and graph.edges == [("input", "output")]
+
+
+def test_nirtorch_keywords_default_dict_stateful_modules_concrete_args_type_check():
+    model = nn.Sequential(nn.Linear(3, 4), neurons.LI(tau=1e-3, dt=DT))
+    # default_dict= is nirtorch's name for default_map=
+    with pytest.raises(nirbridge.UnsupportedModuleError, match="module Linear: '0'"):
+        nirbridge.torch_to_nir(model, default_dict={neurons.LI: lambda m: m.to_nir()})
+    with pytest.raises(nirbridge.ParameterError, match="both default_map= and default_dict="):
+        nirbridge.torch_to_nir(model, default_map={}, default_dict={})
+
+    class Pair(nn.Module):
+        """A third-party neuron whose forward returns (output, state) without a state argument."""
+
+        def __init__(self):
+            super().__init__()
+            self.gain = 2.0
+
+        def forward(self, x):
+            return x * self.gain, x
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.pair, self.extra = nn.Linear(3, 4), Pair(), nn.Linear(4, 4)
+
+        def forward(self, x, deep):
+            out, _ = self.pair(self.fc(x))
+            if deep:
+                out = self.extra(out)
+            return out
+
+    to_scale = {Pair: lambda m: nir.Scale(np.full(4, m.gain))}
+    with pytest.raises(nirbridge.TraceError):  # fx cannot branch on the input `deep`
+        nirbridge.torch_to_nir(Net(), to_scale, stateful_modules={Pair})
+    with pytest.raises(nirbridge.UnsupportedModuleError, match=r"operator.getitem"):  # not known as stateful
+        nirbridge.torch_to_nir(Net(), to_scale, concrete_args={"deep": False})
+    graph = nirbridge.torch_to_nir(Net(), to_scale, stateful_modules={Pair}, concrete_args={"deep": False})
+    assert list(graph.nodes) == ["x", "fc", "pair", "output"]
+    assert graph.edges == [("x", "fc"), ("fc", "pair"), ("pair", "output")]
+    np.testing.assert_array_equal(graph.nodes["pair"].scale, np.full(4, 2.0))
+    with pytest.raises(nirbridge.ParameterError, match=r"concrete_args names \['gain'\]"):
+        nirbridge.torch_to_nir(Net(), to_scale, stateful_modules={Pair}, concrete_args={"gain": 1.0})
+    deep = nirbridge.torch_to_nir(Net(), to_scale, stateful_modules={Pair}, concrete_args={"deep": True})
+    assert list(deep.nodes) == ["x", "fc", "pair", "extra", "output"]
+    with pytest.raises(nirbridge.ParameterError, match="stateful_modules=... takes module types"):
+        nirbridge.torch_to_nir(Net(), to_scale, stateful_modules={"Pair"})
+
+    # type_check=True runs nir's own check as well, which nirbridge's typed graphs pass
+    plain = nirbridge.torch_to_nir(model, type_check=True)
+    assert list(plain.nodes) == ["input", "0", "1", "output"]
+    grouped = nn.Sequential(nn.Conv1d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(16, 2))
+    graph = nirbridge.torch_to_nir(grouped, example_input=torch.zeros(1, 4, 6), type_check=True)
+    assert tuple(graph.nodes["2"].input_type["input"]) == (16,)

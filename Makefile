@@ -4,13 +4,17 @@
 # elasticai.creator 0.66.0 goes in with --no-deps as well (it declares hardware
 # simulation packages the IR does not use), plus tomlkit and pyserial (click is
 # already a nirbridge dependency).
+# The tests also need two programs from Debian's packages: Chromium, for the headless
+# check of the built docs, and graphviz's dot, for `nirbridge draw`; `tools` installs
+# them with apt-get when they are missing (as root, or through sudo).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test docs tools bench lint clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +29,16 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) -m nirbridge.demo
 
-test: $(STAMP)
+tools:
+	@command -v chromium >/dev/null && command -v dot >/dev/null || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium graphviz; }
+
+test: $(STAMP) tools
 	$(PY) -m pytest -q
+
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --site-dir build/site
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_interpret.py

@@ -1,23 +1,38 @@
 """The ``nirbridge`` command line.
 
-``nirbridge info FILE...`` prints what a ``.nir`` file holds, at a glance: the nir
-version that wrote it, nodes by type, edges, input and output shapes, parameter count
-and size, dt if recorded, and whatever did not fit NIR. ``--json`` prints the same as
-JSON. The exit status is 1, with a one-line reason per file, when a file cannot be read.
+- ``nirbridge info FILE...``: what a ``.nir`` file holds, at a glance (``--json``).
+- ``nirbridge convert IN OUT``: ``.nir`` ⇄ elasticai.creator IR ``.json``, or a ``.nir``
+  rewritten (``--compression``).
+- ``nirbridge run FILE``: run a file on random or given spikes, record, write the
+  recording as NIRGraphData and draw rasters.
+- ``nirbridge verify FILE``: run a file in nirbridge and in norse, snntorch or another
+  file, and report where they differ (exit status 1 when they do).
+- ``nirbridge support``: the default conversion maps as a table.
+- ``nirbridge draw FILE -o graph.svg``: a picture of the graph.
+
+Bad input (a missing path, a folder, a file that is not what its name says) ends the
+command with exit status 1 and one line on stderr naming the file and the problem;
+warnings are printed as one line each.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import sys
+import time
+import warnings
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 import nir
 import numpy as np
 
-from .errors import NirBridgeError
+from .errors import InputError, NirBridgeError, NirFileError, ParameterError
 from .io import NirFile, load
 
 __all__ = ["main", "summarize"]
@@ -165,3 +180,542 @@ def info(files: tuple[str, ...], as_json: bool) -> None:
     elif summaries:
         click.echo("\n\n".join(render(s) for s in summaries))
     sys.exit(1 if failed else 0)
+
+
+# ----------------------------------------------------------------------------- shared
+
+
+def _fail(command: str, message: str) -> None:
+    click.echo(f"nirbridge {command}: {' '.join(str(message).split())}", err=True)
+    sys.exit(1)
+
+
+def _one_line_errors(command: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Print bad-input errors as one line and exit 1; print each warning as one line."""
+
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("default")
+                warnings.filterwarnings("ignore", category=DeprecationWarning)
+                try:
+                    fn(*args, **kwargs)
+                except NirBridgeError as error:
+                    _report(command, caught)
+                    _fail(command, str(error))
+            _report(command, caught)
+
+        return wrapper
+
+    return decorate
+
+
+def _report(command: str, caught: list[warnings.WarningMessage]) -> None:
+    for warning in caught:
+        text = " ".join(str(warning.message).split())
+        click.echo(f"nirbridge {command}: warning: {text}", err=True)
+    caught.clear()
+
+
+def _graph(path: str) -> nir.NIRGraph:
+    """A .nir file's graph; a file holding a single node has nothing to run."""
+    from .io import read
+
+    node = read(path)
+    if not isinstance(node, nir.NIRGraph):
+        raise NirFileError(f"{path}: holds a single {type(node).__name__} node, not a graph to run")
+    return node
+
+
+def _input_shapes(graph: nir.NIRGraph, path: str) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for name, node in graph.nodes.items():
+        if isinstance(node, nir.Input):
+            shape = _shape(node.input_type)
+            if shape is None:
+                raise InputError(
+                    f"{path}: input {name!r} has no declared shape, so random spikes cannot be made "
+                    "for it; give the spikes with --input FILE.h5"
+                )
+            shapes[name] = tuple(shape)
+    return shapes
+
+
+def _random_spikes(shapes: dict[str, tuple[int, ...]], steps: int, batch: int, rate: float, seed: int) -> Any:
+    import torch
+
+    if not 0.0 <= rate <= 1.0:
+        raise ParameterError(f"--rate {rate}: a spike probability per step, between 0 and 1")
+    if steps < 1 or batch < 1:
+        raise ParameterError(f"--steps {steps} --batch {batch}: both must be 1 or more")
+    generator = torch.Generator().manual_seed(seed)
+    spikes = {
+        name: torch.rand((steps, batch, *shape), generator=generator) < rate for name, shape in shapes.items()
+    }
+    return spikes
+
+
+def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | None) -> Any:
+    """Input spikes from an HDF5 file: one dataset per Input node, named after it (a
+    lone dataset serves a lone Input), time first: ``[T, B, *shape]`` or ``[T, *shape]``."""
+    import h5py
+    import torch
+
+    if os.path.isdir(path):
+        raise NirFileError(f"{path}: is a folder, not an HDF5 file of input spikes")
+    if not os.path.exists(path):
+        raise NirFileError(f"{path}: no such file")
+    try:
+        with h5py.File(path, "r") as file:
+            datasets = {k: v for k, v in file.items() if isinstance(v, h5py.Dataset)}
+            if len(shapes) == 1 and len(datasets) == 1:
+                chosen = {next(iter(shapes)): next(iter(datasets.values()))}
+            else:
+                missing = [n for n in shapes if n not in datasets]
+                if missing:
+                    raise InputError(
+                        f"{path}: no dataset for input(s) {missing}; it holds {sorted(datasets) or 'none'}. "
+                        "Store one dataset per Input node, named after it"
+                    )
+                chosen = {n: datasets[n] for n in shapes}
+            arrays = {n: np.asarray(d[: steps if steps else None]) for n, d in chosen.items()}
+    except OSError as error:
+        raise NirFileError(f"{path}: not an HDF5 file, or a damaged one ({error})") from None
+    inputs = {}
+    for name, array in arrays.items():
+        shape = shapes[name]
+        if array.dtype.kind not in "biuf":
+            raise InputError(f"{path}: dataset {name!r} holds {array.dtype}, not numbers or booleans")
+        if tuple(array.shape[1:]) == shape:
+            array = array[:, None]  # [T, *shape]: a batch of one
+        if tuple(array.shape[2:]) != shape or array.shape[0] == 0:
+            raise InputError(
+                f"{path}: dataset {name!r} has shape {array.shape}; input {name!r} takes "
+                f"[T, B, {', '.join(map(str, shape))}] or [T, {', '.join(map(str, shape))}] with T >= 1"
+            )
+        inputs[name] = torch.from_numpy(array if array.dtype.kind == "b" else array.astype(np.float32))
+    return inputs
+
+
+def _save_figure(figure: Any, path: str) -> None:
+    from .io import atomic_write
+
+    suffix = os.path.splitext(path)[1].lower().lstrip(".")
+    if suffix not in ("png", "svg", "pdf"):
+        raise ParameterError(f"--plot {path}: end the name in .png, .svg or .pdf")
+    try:
+        atomic_write(path, lambda tmp: figure.savefig(tmp, format=suffix, dpi=120))
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)
+
+
+# ----------------------------------------------------------------------------- convert
+
+
+def _json_state(state_dict: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: {
+            "dtype": str(value.dtype).replace("torch.", ""),
+            "shape": list(value.shape),
+            "data": value.reshape(-1).tolist(),
+        }
+        for key, value in state_dict.items()
+    }
+
+
+def _state_from_json(entries: Any, path: str) -> dict[str, Any]:
+    import torch
+
+    if not isinstance(entries, dict):
+        raise NirFileError(f"{path}: 'state_dict' must be an object of tensors")
+    state: dict[str, Any] = {}
+    for key, entry in entries.items():
+        try:
+            dtype = getattr(torch, entry["dtype"])
+            state[key] = torch.tensor(entry["data"], dtype=dtype).reshape(entry["shape"])
+        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as error:
+            raise NirFileError(
+                f"{path}: state_dict entry {key!r} is not {{dtype, shape, data}} "
+                f"({type(error).__name__}: {error})"
+            ) from None
+    return state
+
+
+def _read_ir_json(path: str) -> tuple[Any, dict[str, Any]]:
+    if os.path.isdir(path):
+        raise NirFileError(f"{path}: is a folder, not an elasticai IR .json file")
+    if not os.path.exists(path):
+        raise NirFileError(f"{path}: no such file")
+    try:
+        with open(path, encoding="utf-8") as file:
+            document = json.load(file)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise NirFileError(f"{path}: not a JSON file ({error})") from None
+    if not isinstance(document, dict) or "ir" not in document:
+        raise NirFileError(
+            f"{path}: not an elasticai IR file: expected an object with 'ir' and 'state_dict' "
+            "(as `nirbridge convert model.nir model.json` writes)"
+        )
+    return document["ir"], _state_from_json(document.get("state_dict", {}), path)
+
+
+def _write_ir_json(path: str, ir: Any, state_dict: dict[str, Any]) -> None:
+    from .io import atomic_write
+
+    def default(value: Any) -> Any:
+        if isinstance(value, (np.generic, np.ndarray)):
+            return value.tolist()
+        if isinstance(value, (tuple, set, frozenset)):
+            return list(value)
+        raise TypeError(f"cannot store a {type(value).__name__} in JSON")
+
+    text = json.dumps(
+        {"format": "elasticai.creator IR (nirbridge)", "ir": ir, "state_dict": _json_state(state_dict)},
+        indent=1,
+        default=default,
+    )
+
+    def fill(temporary: str) -> None:
+        with open(temporary, "w", encoding="utf-8") as file:
+            file.write(text)
+
+    atomic_write(path, fill)
+
+
+def _parse_shape(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        shape = tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
+    except ValueError:
+        raise ParameterError(f"--input-shape {text!r}: give sizes separated by commas, e.g. 2,10") from None
+    if not shape or any(n < 1 for n in shape):
+        raise ParameterError(f"--input-shape {text!r}: give positive sizes separated by commas, e.g. 2,10")
+    return shape
+
+
+@main.command()
+@click.argument("source", type=click.Path(path_type=str))
+@click.argument("target", type=click.Path(path_type=str))
+@click.option(
+    "--compression",
+    type=click.Choice(["none", "gzip", "lzf"]),
+    default="none",
+    show_default=True,
+    help="How a written .nir file stores its arrays.",
+)
+@click.option(
+    "--input-shape", default=None, help="For .json → .nir: the input's shape without batch, e.g. 2,10."
+)
+@_one_line_errors("convert")
+def convert(source: str, target: str, compression: str, input_shape: str | None) -> None:
+    """Convert SOURCE to TARGET, by their suffixes.
+
+    \b
+    .nir  → .json   the graph as an elasticai.creator IR, with its weights
+    .json → .nir    an elasticai.creator IR file (as written above) as NIR
+    .nir  → .nir    the same graph rewritten (e.g. with --compression gzip)
+
+    \b
+    Example:
+      nirbridge convert model.nir model.json
+      nirbridge convert model.json model.nir --compression gzip
+    """
+    from .adapters import elasticai
+    from .io import write
+
+    kinds = (Path(source).suffix.lower(), Path(target).suffix.lower())
+    level = None if compression == "none" else compression
+    if kinds == (".nir", ".json"):
+        ir, state_dict = elasticai.from_nir(source)
+        _write_ir_json(target, ir, state_dict)
+        what = f"elasticai IR with {len(ir)} implementation(s), {len(state_dict)} tensor(s)"
+    elif kinds == (".json", ".nir"):
+        ir, state_dict = _read_ir_json(source)
+        graph = elasticai.to_nir(ir, state_dict, input_shape=_parse_shape(input_shape))
+        write(target, graph, compression=level)
+        what = f"NIR graph with {len(graph.nodes)} nodes"
+    elif kinds == (".nir", ".nir"):
+        graph = load(source).node
+        write(target, graph, compression=level)
+        what = "NIR file" + (f", {compression}-compressed" if level else ", uncompressed")
+    else:
+        raise ParameterError(
+            f"cannot convert {kinds[0] or 'no suffix'} to {kinds[1] or 'no suffix'}: convert takes "
+            ".nir → .json, .json → .nir and .nir → .nir"
+        )
+    click.echo(f"wrote {target}: {what}")
+
+
+# ----------------------------------------------------------------------------- run
+
+
+@main.command(name="run")
+@click.argument("file", type=click.Path(path_type=str))
+@click.option("--steps", type=int, default=None, help="Time steps (default 100, or all of --input).")
+@click.option("--dt", type=float, default=None, help="Time step in seconds (default: the file's, else 1e-4).")
+@click.option("--batch", type=int, default=1, show_default=True, help="Samples of random input.")
+@click.option(
+    "--rate", type=float, default=0.1, show_default=True, help="Spike probability per input per step."
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random input.")
+@click.option(
+    "--input",
+    "input_file",
+    type=click.Path(path_type=str),
+    default=None,
+    help="HDF5 file of input spikes: a dataset per Input node, [T, B, ...] or [T, ...].",
+)
+@click.option(
+    "--record", "records", multiple=True, help="Node (or node.v) to record; repeat it. Default: all."
+)
+@click.option(
+    "--out", type=click.Path(path_type=str), default=None, help="Write the recording as NIRGraphData (.h5)."
+)
+@click.option(
+    "--plot", type=click.Path(path_type=str), default=None, help="Draw rasters and traces (.png/.svg/.pdf)."
+)
+@click.option(
+    "--compile", "compiled", is_flag=True, help="Run with torch.compile (slow to start, fast to run)."
+)
+@_one_line_errors("run")
+def run_command(
+    file: str,
+    steps: int | None,
+    dt: float | None,
+    batch: int,
+    rate: float,
+    seed: int,
+    input_file: str | None,
+    records: tuple[str, ...],
+    out: str | None,
+    plot: str | None,
+    compiled: bool,
+) -> None:
+    """Run FILE on input spikes and print what each node did.
+
+    Without --input the input is random spikes (each input spikes with probability
+    --rate per step). Spiking nodes are summarised by spike counts and rates, others by
+    their range.
+
+    \b
+    Example:
+      nirbridge run braille.nir --steps 256 --dt 1e-4 --rate 0.2 \\
+          --record lif1.lif --out record.h5 --plot raster.png
+    """
+    import torch
+
+    from . import interpret
+    from .data import write_data
+    from .run import run
+
+    graph = _graph(file)
+    shapes = (
+        _input_shapes(graph, file)
+        if input_file is None
+        else {
+            n: tuple(_shape(v.input_type) or ()) for n, v in graph.nodes.items() if isinstance(v, nir.Input)
+        }
+    )
+    if input_file is not None:
+        inputs = _spikes_file(input_file, shapes, steps)
+        source = input_file
+    else:
+        inputs = _random_spikes(shapes, steps or 100, batch, rate, seed)
+        source = f"random spikes, rate {rate:g}, seed {seed}"
+    module = interpret.nir_to_torch(graph, dt=dt)
+    first = next(iter(inputs.values()))
+    start = time.perf_counter()
+    with torch.no_grad():
+        result = run(module, inputs, record=list(records) or "all", compile=compiled, progress=False)
+    elapsed = time.perf_counter() - start
+    total = first.shape[0]
+    click.echo(
+        f"{file}: {total} steps of {result.dt:g} s, batch {first.shape[1]}, input: {source}\n"
+        f"ran in {elapsed:.3f} s ({elapsed / total * 1e3:.3f} ms per step)"
+    )
+    click.echo(_run_table(result))
+    if out is not None:
+        write_data(out, result.to_nir_data())
+        click.echo(f"wrote {out} (NIRGraphData, {len(result.records)} record(s))")
+    if plot is not None:
+        keys = (
+            list(records)
+            or [k for k in result.records if k in result.spiking][:6]
+            or list(result.records)[:6]
+        )
+        _save_figure(result.plot(*keys) if keys else result.plot("output"), plot)
+        click.echo(f"wrote {plot}")
+
+
+def _run_table(result: Any) -> str:
+    rows = [("record", "kind", "values", "summary")]
+    for key, value in result.records.items():
+        size = int(value[0, 0].numel())
+        if key in result.spiking:
+            count = int(value.sum())
+            steps_neurons = value.shape[0] * value.shape[1] * max(size, 1)
+            rows.append(
+                (
+                    key,
+                    "spikes",
+                    f"{size} neurons",
+                    f"{count} spikes, {count / steps_neurons:.4f} per neuron per step",
+                )
+            )
+        else:
+            values = value.detach().double()
+            rows.append(
+                (
+                    key,
+                    "values",
+                    f"{size} values",
+                    f"min {float(values.min()):.4g}, mean {float(values.mean()):.4g}, "
+                    f"max {float(values.max()):.4g}",
+                )
+            )
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join(
+        "  " + "  ".join(cell.ljust(widths[i]) if i < 3 else cell for i, cell in enumerate(row))
+        for row in rows
+    )
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+@main.command(name="verify")
+@click.argument("file", type=click.Path(path_type=str))
+@click.option(
+    "--against",
+    "candidates",
+    multiple=True,
+    help="norse, snntorch, nirbridge or another .nir file; repeat it. Default: norse and snntorch.",
+)
+@click.option("--steps", type=int, default=100, show_default=True, help="Time steps.")
+@click.option("--batch", type=int, default=2, show_default=True, help="Samples.")
+@click.option("--rate", type=float, default=0.2, show_default=True, help="Input spike probability per step.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random input.")
+@click.option("--dt", type=float, default=None, help="Time step in seconds (default: the file's, else 1e-4).")
+@click.option("--atol", type=float, default=1e-6, show_default=True, help="Absolute tolerance for values.")
+@click.option("--rtol", type=float, default=1e-5, show_default=True, help="Relative tolerance for values.")
+@_one_line_errors("verify")
+def verify_command(
+    file: str,
+    candidates: tuple[str, ...],
+    steps: int,
+    batch: int,
+    rate: float,
+    seed: int,
+    dt: float | None,
+    atol: float,
+    rtol: float,
+) -> None:
+    """Run FILE in nirbridge and in each --against on the same random spikes, and
+    compare every node. Exit status 1, with the divergence table, when they differ.
+
+    \b
+    Example:
+      nirbridge verify braille.nir --against norse --against snntorch --steps 200
+      nirbridge verify model.nir --against model_retrained.nir
+    """
+    from .verify import BACKENDS, verify
+
+    graph = _graph(file)
+    inputs = _random_spikes(_input_shapes(graph, file), steps, batch, rate, seed)
+    differ = False
+    for candidate in candidates or ("norse", "snntorch"):
+        if candidate in BACKENDS:
+            other: Any = candidate
+        elif candidate.endswith(".nir") or os.path.exists(candidate):
+            other = _graph(candidate)
+        else:
+            raise ParameterError(
+                f"--against {candidate!r}: give {', '.join(BACKENDS)} or the path of a .nir file"
+            )
+        report = verify(graph, other, inputs, atol=atol, rtol=rtol, dt=dt)
+        compared = len(report.comparisons)
+        if report.ok:
+            click.echo(
+                f"{file} vs {candidate}: agree on {compared} outputs and records over {report.steps} steps"
+            )
+        else:
+            differ = True
+            step, key = report.first_divergence or (None, None)
+            click.echo(f"{file} vs {candidate}: DIFFER, first at step {step} in {key!r}")
+            click.echo(report.table())
+    if differ:
+        sys.exit(1)
+
+
+# ----------------------------------------------------------------------------- support
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+def support(as_json: bool) -> None:
+    """Show what converts to what: for each NIR type, the module nirbridge builds for
+    it, the torch modules exported as it, and the norse and snntorch modules
+    (⇄ both ways, → NIR export only, ← NIR import only).
+
+    \b
+    Example:
+      nirbridge support
+      nirbridge support --json
+    """
+    from .support import COLUMNS, support_table
+
+    rows = support_table()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in COLUMNS}
+    click.echo("  ".join(c.ljust(widths[c]) for c in COLUMNS).rstrip())
+    click.echo("  ".join("-" * widths[c] for c in COLUMNS))
+    for row in rows:
+        click.echo("  ".join(row[c].ljust(widths[c]) for c in COLUMNS).rstrip())
+
+
+# ----------------------------------------------------------------------------- draw
+
+
+@main.command()
+@click.argument("file", type=click.Path(path_type=str))
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(path_type=str),
+    help="Picture (.svg, .png, .pdf) or text (.dot, .gv, .mmd) to write.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "graphviz", "matplotlib"]),
+    default="auto",
+    show_default=True,
+    help="auto: Graphviz when installed, else matplotlib.",
+)
+@_one_line_errors("draw")
+def draw(file: str, output: str, engine: str) -> None:
+    """Draw FILE's graph: node names, types and shapes, delayed (recurrent) edges
+    dashed and red, nested graphs as boxes.
+
+    \b
+    Example:
+      nirbridge draw braille.nir -o braille.svg
+      nirbridge draw braille.nir -o braille.mmd    # Mermaid text, for Markdown
+    """
+    from . import draw as drawing
+
+    node = load(file).node
+    used = drawing.draw(node, output, engine=engine)
+    if used == "dot text":
+        click.echo(
+            f"neither Graphviz nor matplotlib is installed: wrote the DOT text to {output}.dot "
+            f"(render it with `dot -T{Path(output).suffix.lstrip('.')}`)"
+        )
+    else:
+        click.echo(f"wrote {output} ({used})")

@@ -1,8 +1,9 @@
 """The main job end to end: export a spiking torch model to NIR, write it to a .nir
 file, read it back, import it as a torch module, run both on the same random spikes and
-report what happened.
+report what happened, with a raster plot of every spiking layer.
 
     python -m nirbridge.demo [--steps 200] [--batch 8] [--out demo.nir] [--seed 0]
+                             [--plot build/demo/raster.png]
 """
 
 from __future__ import annotations
@@ -68,9 +69,15 @@ class DemoNet(nn.Module):
 
 
 def run(
-    steps: int = 200, batch: int = 8, out: Path | None = None, seed: int = 0, rate: float = 0.1
+    steps: int = 200,
+    batch: int = 8,
+    out: Path | None = None,
+    seed: int = 0,
+    rate: float = 0.1,
+    plot: Path | None = None,
 ) -> dict[str, int]:
-    """Do the whole round trip and print a report; returns spike counts per layer."""
+    """Do the whole round trip and print a report; returns spike counts per layer.
+    With ``plot``, also draws the spike rasters of sample 0 there (needs matplotlib)."""
     model = DemoNet(seed)
     start = time.perf_counter()
     graph = nirbridge.torch_to_nir(model)
@@ -124,6 +131,12 @@ def run(
         print(f"  {name:<12} {count:>7} spikes  ({count / (steps * batch * size):.3f} per neuron per step)")
     print(f"output spikes that differ from the original torch model: {mismatches}")
     print(f"time per step: {elapsed / steps * 1e6:.1f} us")
+    if plot is not None:
+        result = nirbridge.run(gm, spikes, record=list(counts), progress=False)
+        figure = result.plot(*counts, "output")
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(plot, dpi=110)
+        print(f"raster plot of sample 0 ({', '.join(counts)}, output): {plot}")
     return counts
 
 
@@ -135,8 +148,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--out", type=Path, default=None, help="keep the .nir file here")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--plot", type=Path, default=Path("build/demo/raster.png"), help="write the raster plot here"
+    )
     args = parser.parse_args()
-    run(args.steps, args.batch, args.out, args.seed)
+    run(args.steps, args.batch, args.out, args.seed, plot=args.plot)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ import warnings
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import h5py
 import nir
@@ -962,25 +962,44 @@ def _write_file(path_or_file: Any, dump: _Dump, caller: str) -> list[str]:
 
 
 def _write_path(target: str, dump: _Dump) -> list[str]:
+    def fill(temporary: str) -> list[str]:
+        fid = h5f.create(os.fsencode(temporary), h5f.ACC_TRUNC, fcpl=_fcpl(), fapl=_fapl())
+        try:
+            return dump(fid)
+        finally:
+            fid.close()
+
+    return atomic_write(target, fill)
+
+
+_T = TypeVar("_T")
+
+
+def atomic_write(target: str | os.PathLike[str], fill: Callable[[str], _T]) -> _T:
+    """Write a file through a temporary one: ``fill(temporary_path)`` writes it in the
+    target's folder, it is flushed to disk and renamed over ``target`` (keeping an old
+    file's permissions); on any failure the target is untouched, the temporary file is
+    removed and a :class:`NirFileError` names the target. Returns what ``fill`` returns.
+    """
+    target = os.fspath(target)
     if os.path.islink(target):
         target = os.path.realpath(target)
+    if os.path.isdir(target):
+        raise NirFileError(f"{target}: is a folder; give a file name")
     folder = os.path.dirname(os.path.abspath(target))
     try:
         mode: int | None = os.stat(target).st_mode & 0o7777
     except OSError:
         mode = None  # a new file gets 0o666 less the umask, as open() gives
-    temporary = os.path.join(folder, f".nirbridge-{secrets.token_hex(8)}.nir.tmp")
+    suffix = os.path.splitext(target)[1] or ".out"
+    temporary = os.path.join(folder, f".nirbridge-{secrets.token_hex(8)}{suffix}.tmp")
     try:
         os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     except OSError as error:
         reason = error.strerror or error
         raise NirFileError(f"{target}: cannot write in folder {folder!r}: {reason}") from error
     try:
-        fid = h5f.create(os.fsencode(temporary), h5f.ACC_TRUNC, fcpl=_fcpl(), fapl=_fapl())
-        try:
-            lossy = dump(fid)
-        finally:
-            fid.close()
+        result = fill(temporary)
         _fsync(temporary)
         if mode is not None:
             os.chmod(temporary, mode)
@@ -997,7 +1016,7 @@ def _write_path(target: str, dump: _Dump) -> list[str]:
         _fsync(folder)
     except OSError:
         pass
-    return lossy
+    return result
 
 
 def _fsync(path: str) -> None:

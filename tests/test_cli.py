@@ -1,17 +1,23 @@
-"""The ``nirbridge info`` command: readable summaries, JSON, and one-line failures."""
+"""The ``nirbridge`` commands: info (readable summaries, JSON, one-line failures), and
+convert, run, verify, support and draw through the installed console script."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import subprocess
 import sys
 
+import h5py
 import nir
 import numpy as np
+import pytest
+import torch
 from click.testing import CliRunner
 
 import nirbridge
+from nirbridge.adapters import elasticai
 from nirbridge.cli import main
 from tests.conftest import EXAMPLES
 
@@ -128,3 +134,218 @@ def test_the_console_script_is_installed():
         )
     missing = subprocess.run([script, "info", "nowhere.nir"], capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1 and missing.stderr.strip() == "nirbridge info: nowhere.nir: no such file"
+
+
+# ----------------------------------------------------------------------------- the other commands,
+# through the installed console script as a user types them
+
+SCRIPT = os.path.join(os.path.dirname(sys.executable), "nirbridge")
+BRAILLE = EXAMPLES / "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir"
+
+
+def nirbridge_cli(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SCRIPT, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd, check=False
+    )
+
+
+def many(commands: list[list]) -> list[subprocess.CompletedProcess]:
+    """Run several invocations side by side (each starts Python and torch)."""
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        return list(pool.map(lambda args: nirbridge_cli(*args), commands))
+
+
+def test_every_command_has_help_with_an_example():
+    commands = ["info", "convert", "run", "verify", "support", "draw"]
+    results = many([[command, "--help"] for command in commands])
+    for command, result in zip(commands, results):
+        assert result.returncode == 0, result.stderr
+        assert f"Usage: nirbridge {command}" in result.stdout
+        if command != "info":
+            assert "Example:" in result.stdout and f"nirbridge {command} " in result.stdout
+    top = nirbridge_cli("--help")
+    assert all(command in top.stdout for command in commands)
+
+
+def test_every_command_fails_cleanly_on_a_folder_a_text_file_and_a_missing_path(tmp_path):
+    folder = tmp_path / "folder.nir"
+    folder.mkdir()
+    text = tmp_path / "notes.nir"
+    text.write_text("these are my notes, not a network\n")
+    missing = tmp_path / "missing.nir"
+    reasons = {folder: "is a folder", text: "not an HDF5 file", missing: "no such file"}
+    commands = {
+        "info": lambda p: ["info", p],
+        "run": lambda p: ["run", p],
+        "verify": lambda p: ["verify", p],
+        "draw": lambda p: ["draw", p, "-o", tmp_path / "graph.svg"],
+        "convert": lambda p: ["convert", p, tmp_path / "model.json"],
+    }
+    cases = [(name, path) for name in commands for path in reasons]
+    results = many([commands[name](path) for name, path in cases])
+    for (name, path), result in zip(cases, results):
+        assert result.returncode == 1, (name, path, result.stdout, result.stderr)
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1, (name, path, result.stderr)
+        assert lines[0].startswith(f"nirbridge {name}: {path}: {reasons[path]}"), lines[0]
+        assert "Traceback" not in result.stderr and result.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.nir", "notes.nir"]  # nothing written
+
+
+def test_run_records_writes_nir_graph_data_and_a_plot(tmp_path):
+    rng = np.random.default_rng(0)
+    spikes = rng.random((60, 3, 12)) < 0.3
+    with h5py.File(tmp_path / "spikes.h5", "w") as file:
+        file["input"] = spikes
+    result = nirbridge_cli(
+        "run", BRAILLE, "--dt", "1e-4", "--input", tmp_path / "spikes.h5", "--record", "lif1.lif",
+        "--record", "lif2.v", "--out", tmp_path / "record.h5", "--plot", tmp_path / "raster.png",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    with torch.no_grad():
+        expected = nirbridge.run(
+            nirbridge.nir_to_torch(BRAILLE, dt=1e-4), torch.from_numpy(spikes), record=["lif1.lif", "lif2.v"]
+        )
+    count = int(expected.records["lif1.lif"].sum())
+    assert count > 0
+    assert f"60 steps of 0.0001 s, batch 3, input: {tmp_path / 'spikes.h5'}" in result.stdout
+    table = {
+        line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[3:] if line.startswith("  ")
+    }
+    assert list(table) == ["lif1.lif", "lif1.lif.i", "lif1.lif.v", "lif2.v"]  # outputs and state variables
+    assert table["lif1.lif"][:5] == ["spikes", "38", "neurons", str(count), "spikes,"]
+    assert table["lif2.v"][:3] == ["values", "7", "values"]
+    data = nir.read_data(tmp_path / "record.h5")
+    events = data.nodes["lif1.lif"].observables["output"]
+    assert isinstance(events, nir.EventData) and events.t_max == pytest.approx(60 * 1e-4)
+    assert int((np.asarray(events.idx) >= 0).sum()) == count  # padded with -1
+    traces = data.nodes["lif2"].observables["v"]
+    np.testing.assert_allclose(
+        traces.data, expected.records["lif2.v"].transpose(0, 1).numpy(), rtol=0, atol=0
+    )
+    assert (tmp_path / "raster.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_run_with_random_input_and_bad_input_files(tmp_path):
+    result = nirbridge_cli(
+        "run", BRAILLE, "--steps", "20", "--batch", "2", "--rate", "0.5", "--record", "lif2"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "20 steps of 0.0001 s, batch 2, input: random spikes, rate 0.5, seed 0" in result.stdout
+    assert any(line.split()[:4] == ["lif2", "spikes", "7", "neurons"] for line in result.stdout.splitlines())
+    with h5py.File(tmp_path / "wrong.h5", "w") as file:
+        file["input"] = np.zeros((5, 2, 13))
+    with h5py.File(tmp_path / "two.h5", "w") as file:
+        file["a"] = np.zeros((5, 12))
+        file["b"] = np.zeros((5, 12))
+    results = many(
+        [
+            ["run", BRAILLE, "--input", tmp_path / "wrong.h5"],
+            ["run", BRAILLE, "--input", tmp_path / "two.h5"],
+            ["run", BRAILLE, "--rate", "2"],
+            ["run", BRAILLE, "--record", "nowhere"],
+            ["run", BRAILLE, "--plot", tmp_path / "raster.bmp"],
+        ]
+    )
+    expected = [
+        "dataset 'input' has shape (5, 2, 13); input 'input' takes [T, B, 12] or [T, 12]",
+        "no dataset for input(s) ['input']; it holds ['a', 'b']",
+        "--rate 2.0: a spike probability per step, between 0 and 1",
+        "nowhere",
+        "--plot",
+    ]
+    for result, text in zip(results, expected):
+        assert result.returncode == 1 and text in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_verify_agrees_with_norse_and_snntorch_and_reports_a_changed_file(tmp_path):
+    result = nirbridge_cli("verify", BRAILLE, "--steps", "40")
+    assert result.returncode == 0, result.stderr
+    assert f"{BRAILLE} vs norse: agree on" in result.stdout
+    assert f"{BRAILLE} vs snntorch: agree on" in result.stdout
+    graph = nirbridge.read(BRAILLE)
+    graph.nodes["fc2"].weight[0] += 5.0  # a trained copy: the readout moves, the hidden layer does not
+    nirbridge.write(tmp_path / "changed.nir", graph)
+    result = nirbridge_cli("verify", BRAILLE, "--against", tmp_path / "changed.nir", "--steps", "40")
+    assert result.returncode == 1
+    assert f"vs {tmp_path / 'changed.nir'}: DIFFER, first at step 0 in 'fc2'" in result.stdout
+    assert "lif1.lif" in result.stdout  # the table lists every comparison
+    bad = nirbridge_cli("verify", BRAILLE, "--against", "brian2")
+    assert bad.returncode == 1 and "--against 'brian2': give nirbridge, norse, snntorch" in bad.stderr
+
+
+def test_support_prints_the_maps_as_a_table():
+    result = nirbridge_cli("support")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["NIR", "type", "nirbridge", "torch", "(export)", "norse", "snntorch"]
+    lif = next(line for line in lines if line.startswith("LIF "))
+    assert lif.split() == ["LIF", "neurons.LIF", "⇄", "neurons.LIF", "LIFBoxCell", "⇄", "Leaky", "⇄"]
+    as_json = json.loads(nirbridge_cli("support", "--json").stdout)
+    assert {row["NIR type"] for row in as_json} >= {t.__name__ for t in nirbridge.DEFAULT_MAP}
+
+
+def test_draw_shows_the_braille_srnn_recurrent_edge(tmp_path):
+    results = many(
+        [
+            ["draw", BRAILLE, "-o", tmp_path / "braille.svg"],
+            ["draw", BRAILLE, "-o", tmp_path / "braille.png", "--engine", "matplotlib"],
+            ["draw", BRAILLE, "-o", tmp_path / "braille.mmd"],
+            ["draw", BRAILLE, "-o", tmp_path / "braille.jpeg"],
+        ]
+    )
+    assert [r.returncode for r in results] == [0, 0, 0, 1], [r.stderr for r in results]
+    assert results[0].stdout.strip() == f"wrote {tmp_path / 'braille.svg'} (graphviz)"
+    svg = (tmp_path / "braille.svg").read_text()
+    assert "lif1.w_rec" in svg and "delayed" in svg and 'stroke="#c0392b"' in svg
+    assert (tmp_path / "braille.png").read_bytes().startswith(b"\x89PNG")
+    mermaid = (tmp_path / "braille.mmd").read_text()
+    assert "-. delayed .->" in mermaid and "lif1.w_rec<br/>Affine (38,)" in mermaid
+    assert "cannot tell the picture format from '.jpeg'" in results[3].stderr
+
+
+def test_convert_between_nir_and_elasticai_json_and_recompress(tmp_path):
+    results = many(
+        [
+            ["convert", BRAILLE, tmp_path / "braille.json"],
+            ["convert", BRAILLE, tmp_path / "gzipped.nir", "--compression", "gzip"],
+        ]
+    )
+    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    assert results[0].stdout.startswith(f"wrote {tmp_path / 'braille.json'}: elasticai IR with")
+    document = json.loads((tmp_path / "braille.json").read_text())
+    ir, state_dict = elasticai.from_nir(BRAILLE)
+    assert document["ir"] == json.loads(json.dumps(ir))  # tuples become lists
+    assert set(document["state_dict"]) == set(state_dict)
+    back = nirbridge_cli("convert", tmp_path / "braille.json", tmp_path / "back.nir")
+    assert back.returncode == 0, back.stderr
+    original, again = nirbridge.read(BRAILLE), nirbridge.read(tmp_path / "back.nir")
+    assert list(again.nodes) == list(original.nodes) and again.edges == original.edges
+    for name, node in original.nodes.items():
+        for field, value in vars(node).items():
+            if isinstance(value, np.ndarray):
+                np.testing.assert_array_equal(
+                    getattr(again.nodes[name], field), value, err_msg=f"{name}.{field}"
+                )
+    gzipped = nirbridge.read(tmp_path / "gzipped.nir")
+    np.testing.assert_array_equal(gzipped.nodes["fc1"].weight, original.nodes["fc1"].weight)
+    with h5py.File(tmp_path / "gzipped.nir") as file:
+        assert file["node/nodes/fc1/weight"].compression == "gzip"
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "other.json").write_text('{"nodes": []}')
+    results = many(
+        [
+            ["convert", tmp_path / "broken.json", tmp_path / "x.nir"],
+            ["convert", tmp_path / "other.json", tmp_path / "x.nir"],
+            ["convert", BRAILLE, tmp_path / "x.onnx"],
+        ]
+    )
+    expected = [
+        "broken.json: not a JSON file",
+        "other.json: not an elasticai IR file",
+        "cannot convert .nir to .onnx",
+    ]
+    for result, text in zip(results, expected):
+        assert result.returncode == 1 and text in result.stderr, result.stderr
+    assert not (tmp_path / "x.nir").exists()

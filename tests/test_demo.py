@@ -6,10 +6,13 @@ from nirbridge import demo
 
 
 def test_demo_round_trip(tmp_path, capsys):
-    counts = demo.run(steps=50, batch=2, out=tmp_path / "demo.nir")
+    counts = demo.run(steps=50, batch=2, out=tmp_path / "demo.nir", plot=tmp_path / "plots" / "raster.png")
     assert (tmp_path / "demo.nir").exists()
     assert set(counts) == {"hidden.lif", "mid", "readout"}
     assert all(c > 0 for c in counts.values())
     out = capsys.readouterr().out
     assert "time per step" in out
     assert "output spikes that differ from the original torch model: 0" in out
+    picture = tmp_path / "plots" / "raster.png"
+    assert f"raster plot of sample 0 (hidden.lif, mid, readout, output): {picture}" in out
+    assert picture.read_bytes().startswith(b"\x89PNG") and picture.stat().st_size > 10_000

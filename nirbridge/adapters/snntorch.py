@@ -119,7 +119,7 @@ def _threshold(module: nn.Module) -> torch.Tensor:
     return torch.as_tensor(module.threshold).detach().to(torch.float64).cpu()
 
 
-def _leaky_node(module: nn.Module, dt: float) -> nir.NIRNode:
+def _leaky_node(module: nn.Module, dt: float) -> nir.LIF | nir.IF:
     beta = _decay(module, "beta", all_ones_exact=True)
     threshold = _threshold(module)
     if bool((beta == 1).all()):
@@ -143,7 +143,7 @@ def _synaptic_node(module: nn.Module, dt: float) -> nir.CubaLIF:
     )
 
 
-def leaky_to_nir(module: Any, dt: float = DEFAULT_DT) -> nir.NIRNode:
+def leaky_to_nir(module: Any, dt: float = DEFAULT_DT) -> nir.LIF | nir.IF:
     """``snntorch.Leaky`` as LIF (IF when β = 1)."""
     _check_behaviour(module, refractory_delay=False)
     return _leaky_node(module, dt)

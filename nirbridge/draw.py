@@ -1,0 +1,377 @@
+"""Pictures of NIR graphs: node names, types and shapes, delayed (recurrent) edges
+marked, nested graphs drawn as boxes around their nodes.
+
+:func:`to_dot` and :func:`to_mermaid` give the graph as text (Graphviz DOT, Mermaid);
+:func:`draw` writes a picture (``.svg``, ``.png``, ``.pdf``) with Graphviz when its
+Python package and ``dot`` program are installed, else with matplotlib, and the text
+forms for ``.dot``/``.gv`` and ``.mmd``. Delayed edges are the ones
+:func:`nirbridge.graph.plan` finds: they carry the previous step's value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import nir
+import numpy as np
+
+from . import graph as graph_utils
+from .errors import NirBridgeError
+from .io import atomic_write
+
+__all__ = ["ENGINES", "Layout", "draw", "layout", "to_dot", "to_mermaid"]
+
+ENGINES = ("auto", "graphviz", "matplotlib")
+PICTURES = (".svg", ".png", ".pdf")
+TEXTS = {".dot": "dot", ".gv": "dot", ".mmd": "mermaid"}
+
+_COLOURS = {  # fill colours by kind of node
+    "io": "#e8e8e8",
+    "neuron": "#fde3c8",
+    "weights": "#d6e6f5",
+    "other": "#e3f1dc",
+}
+_NEURONS = (nir.I, nir.IF, nir.LI, nir.LIF, nir.CubaLI, nir.CubaLIF, nir.Threshold, nir.Delay)
+_WEIGHTS = (nir.Affine, nir.Linear, nir.Scale, nir.Conv1d, nir.Conv2d)
+DELAYED_COLOUR = "#c0392b"
+
+
+def _kind(node: nir.NIRNode) -> str:
+    if isinstance(node, (nir.Input, nir.Output)):
+        return "io"
+    if isinstance(node, _NEURONS):
+        return "neuron"
+    return "weights" if isinstance(node, _WEIGHTS) else "other"
+
+
+def _shape(node: nir.NIRNode) -> str:
+    """A node's output shape as ``(3, 4)``, or '' where it is not known."""
+    types = getattr(node, "output_type", None)
+    value = next(iter(types.values()), None) if isinstance(types, dict) and types else None
+    if value is None:
+        return ""
+    array = np.asarray(value)
+    if array.dtype.kind not in "iu":
+        return ""
+    return str(tuple(int(v) for v in array.reshape(-1)))
+
+
+@dataclasses.dataclass
+class Box:
+    """A drawn node: its dotted name, NIR type, output shape and fill colour."""
+
+    name: str
+    type: str
+    shape: str
+    colour: str
+
+
+@dataclasses.dataclass
+class Layout:
+    """A graph flattened for drawing.
+
+    ``boxes`` holds the leaf nodes by dotted name; ``members`` each graph's direct
+    members in order (leaf names, and nested graph names, which are keys of
+    ``members`` too), the top level under ``""``; ``edges`` are ``(source, target,
+    delayed)`` between leaves: an edge into a nested graph goes to its Input nodes, an
+    edge out of one leaves from its Output nodes.
+    """
+
+    boxes: dict[str, Box]
+    members: dict[str, list[str]]
+    edges: list[tuple[str, str, bool]]
+
+    def leaves(self, group: str) -> Iterator[str]:
+        """Every leaf inside ``group``, nested ones included."""
+        for member in self.members[group]:
+            if member in self.members:
+                yield from self.leaves(member)
+            else:
+                yield member
+
+
+def layout(graph: nir.NIRNode) -> Layout:
+    """Flatten ``graph`` for drawing (see :class:`Layout`); a single node is drawn alone."""
+    if not isinstance(graph, nir.NIRGraph):
+        graph = nir.NIRGraph(nodes={type(graph).__name__.lower(): graph}, edges=[], type_check=False)
+    result = Layout({}, {}, [])
+
+    def level(g: nir.NIRGraph, path: str) -> tuple[list[str], list[str]]:
+        """Lay out one level; return the leaves its Input and Output nodes became."""
+        prefix = f"{path}." if path else ""
+        result.members[path] = []
+        entries: dict[str, list[str]] = {}
+        exits: dict[str, list[str]] = {}
+        for name, node in g.nodes.items():
+            full = f"{prefix}{name}"
+            result.members[path].append(full)
+            if isinstance(node, nir.NIRGraph):
+                entries[name], exits[name] = level(node, full)
+            else:
+                result.boxes[full] = Box(full, type(node).__name__, _shape(node), _COLOURS[_kind(node)])
+                entries[name] = exits[name] = [full]
+        the_plan = graph_utils.plan(g, path, strict=False)
+        for target in g.nodes:
+            for source, delayed in the_plan.incoming[target]:
+                result.edges.extend((a, b, delayed) for a in exits[source] for b in entries[target])
+        return [f"{prefix}{n}" for n in the_plan.inputs], [f"{prefix}{n}" for n in the_plan.outputs]
+
+    level(graph, "")
+    return result
+
+
+def _label(box: Box) -> list[str]:
+    return [box.name, f"{box.type} {box.shape}".strip()]
+
+
+def _escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _quoted(*lines: str) -> str:
+    """A DOT string of one or more lines."""
+    return '"' + "\\n".join(_escaped(line) for line in lines) + '"'
+
+
+def to_dot(graph: nir.NIRNode) -> str:
+    """The graph as Graphviz DOT text: boxes with name, type and shape; delayed edges
+    dashed, red and labelled ``delayed``; nested graphs as dashed clusters."""
+    drawn = layout(graph)
+    lines = [
+        "digraph nir {",
+        '  rankdir=LR; fontname="Helvetica"; fontsize=11;',
+        '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=11];',
+        '  edge [fontname="Helvetica", fontsize=9];',
+    ]
+
+    def emit(group: str, indent: str) -> None:
+        for member in drawn.members[group]:
+            if member in drawn.members:
+                lines.append(f"{indent}subgraph {_quoted('cluster_' + member)} {{")
+                lines.append(f'{indent}  label={_quoted(member + " (NIRGraph)")}; style="rounded,dashed";')
+                emit(member, indent + "  ")
+                lines.append(f"{indent}}}")
+            else:
+                box = drawn.boxes[member]
+                label = _quoted(*_label(box))
+                lines.append(f'{indent}{_quoted(member)} [label={label}, fillcolor="{box.colour}"];')
+
+    emit("", "  ")
+    delayed_style = (
+        f' [style=dashed, color="{DELAYED_COLOUR}", fontcolor="{DELAYED_COLOUR}", label="delayed"]'
+    )
+    for a, b, delayed in drawn.edges:
+        lines.append(f"  {_quoted(a)} -> {_quoted(b)}{delayed_style if delayed else ''};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def to_mermaid(graph: nir.NIRNode) -> str:
+    """The graph as a Mermaid flowchart: the same boxes, delayed edges dotted and
+    labelled ``delayed``, nested graphs as subgraphs."""
+    drawn = layout(graph)
+    ids = {name: f"n{i}" for i, name in enumerate([*drawn.boxes, *drawn.members])}
+    lines = ["flowchart LR"]
+
+    def text(value: str) -> str:
+        return '"' + value.replace('"', "#quot;") + '"'
+
+    def emit(group: str, indent: str) -> None:
+        for member in drawn.members[group]:
+            if member in drawn.members:
+                lines.append(f"{indent}subgraph {ids[member]} [{text(member + ' (NIRGraph)')}]")
+                emit(member, indent + "  ")
+                lines.append(f"{indent}end")
+            else:
+                lines.append(f"{indent}{ids[member]}[{text('<br/>'.join(_label(drawn.boxes[member])))}]")
+
+    emit("", "  ")
+    for a, b, delayed in drawn.edges:
+        lines.append(f"  {ids[a]} -. delayed .-> {ids[b]}" if delayed else f"  {ids[a]} --> {ids[b]}")
+    return "\n".join(lines) + "\n"
+
+
+def draw(graph: nir.NIRNode, path: str | os.PathLike[str], *, engine: str = "auto") -> str:
+    """Write a picture of ``graph`` to ``path`` and return what drew it.
+
+    The file's suffix picks the form: ``.svg``, ``.png`` or ``.pdf`` for a picture,
+    ``.dot``/``.gv`` (Graphviz DOT) or ``.mmd`` (Mermaid) for text. ``engine="auto"``
+    draws with Graphviz (its Python package and the ``dot`` program) when both are
+    installed, else with matplotlib; where neither is, it writes the DOT text to
+    ``path`` with ``.dot`` added and returns ``"dot text"``. The file is written
+    through a temporary file, so a failed drawing leaves no half-written picture.
+    """
+    target = os.fspath(path)
+    suffix = os.path.splitext(target)[1].lower()
+    if engine not in ENGINES:
+        raise NirBridgeError(f"engine={engine!r}: use one of {', '.join(ENGINES)}")
+    if suffix in TEXTS:
+        text = to_dot(graph) if TEXTS[suffix] == "dot" else to_mermaid(graph)
+        atomic_write(target, lambda tmp: _write_text(tmp, text))
+        return f"{TEXTS[suffix]} text"
+    if suffix not in PICTURES:
+        raise NirBridgeError(
+            f"{target}: cannot tell the picture format from {suffix or 'no suffix'!r}; end the name in "
+            f"{', '.join(PICTURES)}, or {', '.join(TEXTS)} for text"
+        )
+    if engine == "auto":
+        engine = "graphviz" if _has_graphviz() else "matplotlib" if _has_matplotlib() else "none"
+    if engine == "graphviz":
+        if not _has_graphviz():
+            raise NirBridgeError(
+                "engine='graphviz' needs the graphviz Python package and Graphviz's dot program "
+                "(pip install graphviz; apt-get install graphviz), or use engine='matplotlib'"
+            )
+        import graphviz
+
+        image = graphviz.Source(to_dot(graph)).pipe(format=suffix[1:])
+        atomic_write(target, lambda tmp: _write_bytes(tmp, image))
+        return "graphviz"
+    if engine == "matplotlib":
+        if not _has_matplotlib():
+            raise NirBridgeError("engine='matplotlib' needs matplotlib: pip install matplotlib")
+        figure = _matplotlib_figure(layout(graph))
+        atomic_write(target, lambda tmp: figure.savefig(tmp, format=suffix[1:]))
+        return "matplotlib"
+    text_path = target + ".dot"
+    atomic_write(text_path, lambda tmp: _write_text(tmp, to_dot(graph)))
+    return "dot text"
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(text)
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    with open(path, "wb") as file:
+        file.write(data)
+
+
+def _has_graphviz() -> bool:
+    try:
+        import graphviz  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which("dot") is not None
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _columns(drawn: Layout) -> dict[str, int]:
+    """Each leaf's column: the longest path to it from a leaf with no undelayed input
+    (Kahn's algorithm over the undelayed edges, linear in the edges)."""
+    successors: dict[str, list[str]] = {name: [] for name in drawn.boxes}
+    waiting = dict.fromkeys(drawn.boxes, 0)
+    for a, b, delayed in drawn.edges:
+        if not delayed:
+            successors[a].append(b)
+            waiting[b] += 1
+    column = dict.fromkeys(drawn.boxes, 0)
+    ready = [name for name, count in waiting.items() if count == 0]
+    while ready:
+        name = ready.pop()
+        for target in successors[name]:
+            column[target] = max(column[target], column[name] + 1)
+            waiting[target] -= 1
+            if waiting[target] == 0:
+                ready.append(target)
+    return column
+
+
+def _matplotlib_figure(drawn: Layout) -> Any:
+    """A layered drawing: columns by longest undelayed path, nested graphs as dashed
+    boxes around their nodes, delayed edges as red dashed arcs labelled ``delayed``."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
+
+    column = _columns(drawn)
+    rows: dict[int, int] = {}
+    position: dict[str, tuple[float, float]] = {}
+    width, height, x_gap, y_gap = 2.2, 0.8, 3.0, 1.3
+    for name in drawn.boxes:  # in graph order, so siblings keep their order
+        c = column[name]
+        r = rows.get(c, 0)
+        rows[c] = r + 1
+        position[name] = (c * x_gap, -r * y_gap)
+    columns = max(column.values(), default=0) + 1
+    figure = Figure(figsize=(max(4.0, 1.9 * columns), max(2.0, 1.1 * max(rows.values(), default=1) + 0.6)))
+    ax = figure.add_subplot()
+
+    def boxes_of(group: str) -> list[tuple[float, float]]:
+        return [position[leaf] for leaf in drawn.leaves(group)]
+
+    depth = {group: group.count(".") + 1 for group in drawn.members if group}
+    for group in sorted(depth, key=depth.get):
+        points = boxes_of(group)
+        if not points:
+            continue
+        pad = 0.45 - 0.08 * min(depth[group] - 1, 3)
+        x0 = min(p[0] for p in points) - width / 2 - pad
+        x1 = max(p[0] for p in points) + width / 2 + pad
+        y0 = min(p[1] for p in points) - height / 2 - pad
+        y1 = max(p[1] for p in points) + height / 2 + pad + 0.25
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, linestyle="--", edgecolor="#777777"))
+        ax.text(x0 + 0.08, y1 - 0.08, f"{group} (NIRGraph)", fontsize=8, va="top", color="#555555")
+    for name, box in drawn.boxes.items():
+        x, y = position[name]
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - width / 2, y - height / 2),
+                width,
+                height,
+                boxstyle="round,pad=0.02,rounding_size=0.12",
+                facecolor=box.colour,
+                edgecolor="#333333",
+                linewidth=0.8,
+                zorder=2,
+            )
+        )
+        ax.text(x, y + 0.13, box.name, ha="center", va="center", fontsize=8, weight="bold", zorder=3)
+        ax.text(
+            x, y - 0.17, f"{box.type} {box.shape}".strip(), ha="center", va="center", fontsize=7, zorder=3
+        )
+    for a, b, delayed in drawn.edges:
+        (xa, ya), (xb, yb) = position[a], position[b]
+        forward = xb > xa
+        start = (xa + width / 2, ya) if forward else (xa, ya + height / 2)
+        end = (xb - width / 2, yb) if forward else (xb, yb + height / 2)
+        arrow = FancyArrowPatch(
+            start,
+            end,
+            arrowstyle="-|>",
+            mutation_scale=10,
+            linewidth=1.0,
+            color=DELAYED_COLOUR if delayed else "#333333",
+            linestyle="--" if delayed else "-",
+            connectionstyle="arc3,rad=0.0" if forward else "arc3,rad=0.45",
+            zorder=1,
+        )
+        ax.add_patch(arrow)
+        if delayed:
+            ax.text(
+                (start[0] + end[0]) / 2,
+                max(start[1], end[1]) + 0.2 + 0.25 * abs(start[0] - end[0]) / x_gap,
+                "delayed",
+                color=DELAYED_COLOUR,
+                fontsize=7,
+                ha="center",
+            )
+    xs = [p[0] for p in position.values()] or [0.0]
+    ys = [p[1] for p in position.values()] or [0.0]
+    ax.set_xlim(min(xs) - width, max(xs) + width)
+    ax.set_ylim(min(ys) - 1.2, max(ys) + 1.4)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    figure.tight_layout()
+    return figure

@@ -212,8 +212,8 @@ def _one_line_errors(command: str) -> Callable[[Callable[..., None]], Callable[.
 
 
 def _report(command: str, caught: list[warnings.WarningMessage]) -> None:
-    for warning in caught:
-        text = " ".join(str(warning.message).split())
+    """Print each warning once (rebuilding a graph for another simulator repeats them)."""
+    for text in dict.fromkeys(" ".join(str(w.message).split()) for w in caught):
         click.echo(f"nirbridge {command}: warning: {text}", err=True)
     caught.clear()
 

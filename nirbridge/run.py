@@ -11,6 +11,7 @@ variables; it converts to nir's ``NIRGraphData`` and draws rasters and traces.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 import sys
@@ -656,7 +657,10 @@ def _interactive() -> bool:
 def _progress(progress: bool | None, steps: int) -> Any:
     if progress is False or (progress is None and not _interactive()):
         return None
-    from tqdm.auto import tqdm
+    if "ipykernel" in sys.modules and importlib.util.find_spec("ipywidgets") is not None:
+        from tqdm.auto import tqdm  # a notebook widget
+    else:  # a text bar: tqdm.auto warns in notebooks without ipywidgets
+        from tqdm.std import tqdm
 
     return tqdm(
         total=steps,

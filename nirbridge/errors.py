@@ -5,9 +5,10 @@ node, edge, file or parameter at fault and says what to do about it, so a messag
 be acted on without reading nirbridge's source.
 
 Errors about what a graph or model holds (unsupported node types and modules, missing
-shapes, broken wiring, shapes or parameters that do not fit, bad inputs) also subclass
-``ValueError``, which is what nirtorch raises for them: code written for nirtorch that
-catches ``ValueError`` keeps catching them.
+shapes, broken wiring, shapes or parameters that do not fit, bad inputs, a converter
+that failed) also subclass ``ValueError``, which is what nirtorch raises for them (or
+lets through from a converter): code written for nirtorch that catches ``ValueError``
+keeps catching them.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class MissingShapeError(NirBridgeError, ValueError):
     """A shape NIR needs cannot be found without an example input."""
 
 
-class NodeConversionError(NirBridgeError):
+class NodeConversionError(NirBridgeError, ValueError):
     """A converter failed on a node; the original exception is chained."""
 
     def __init__(self, node_name: str, node_type: str, cause: BaseException) -> None:

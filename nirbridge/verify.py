@@ -152,15 +152,17 @@ def verify(
     """Run ``reference`` and ``candidate`` on the same inputs and compare them.
 
     Args:
-        reference, candidate: modules built by :func:`nirbridge.nir_to_torch` or an
-            adapter's ``from_nir``, ``nir.NIRGraph`` objects or ``.nir`` paths (built
-            with ``nir_to_torch(dt=dt)``). ``candidate`` may also name a simulator,
+        reference: a module built by :func:`nirbridge.nir_to_torch` or an adapter's
+            ``from_nir``, a ``nir.NIRGraph`` or a ``.nir`` path (built with
+            ``nir_to_torch(dt=dt)``).
+        candidate: the same kinds as ``reference``, or the name of a simulator,
             ``"nirbridge"``, ``"norse"`` or ``"snntorch"``: the reference graph or file
             built with that simulator's neurons (``from_nir``); a file of that name
             is passed as a ``pathlib.Path``.
         inputs: time first, ``[T, B, ...]`` (a dict by Input name for several).
-        atol, rtol: a continuous value diverges where ``|a − b| > atol + rtol·|b|``
-            (``b`` the reference); spikes must be identical.
+        atol: a continuous value diverges where ``|a − b| > atol + rtol·|b|`` (``b``
+            the reference); spikes must be identical.
+        rtol: see ``atol``.
         record: what to compare besides the outputs (default every node; ``()`` for
             the outputs only).
         state: ``(reference_state, candidate_state)`` to start from; fresh by default.

@@ -871,3 +871,13 @@ def test_nirtorch_keywords_default_dict_stateful_modules_concrete_args_type_chec
     grouped = nn.Sequential(nn.Conv1d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(16, 2))
     graph = nirbridge.torch_to_nir(grouped, example_input=torch.zeros(1, 4, 6), type_check=True)
     assert tuple(graph.nodes["2"].input_type["input"]) == (16,)
+
+
+def test_a_failing_converter_is_still_a_value_error():
+    def broken(module):
+        raise ValueError("cannot read this layer")
+
+    with pytest.raises(ValueError, match="while converting node '0' \\(Linear\\): ValueError") as info:
+        nirbridge.torch_to_nir(nn.Sequential(nn.Linear(2, 2)), {nn.Linear: broken})
+    assert isinstance(info.value, nirbridge.NodeConversionError)
+    assert str(info.value.__cause__) == "cannot read this layer"

@@ -2,8 +2,9 @@
 # torch is installed first as the CPU build (2.13.0); norse goes in with --no-deps
 # because it declares torchvision, which would pull a CUDA build of torch;
 # elasticai.creator 0.66.0 goes in with --no-deps as well (it declares hardware
-# simulation packages the IR does not use), plus tomlkit and pyserial (click is
-# already a nirbridge dependency).
+# simulation packages the IR does not use), after tomlkit and pyserial, which it does
+# use (click is already a nirbridge dependency): installed last, --no-deps packages
+# leave pip nothing to report about their undeclared dependencies.
 # The tests also need two programs from Debian's packages: Chromium, for the headless
 # check of the built docs, and graphviz's dot, for `nirbridge draw`; `tools` installs
 # them with apt-get when they are missing (as root, or through sudo).
@@ -19,10 +20,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[dev,snntorch]"
+	$(PIP) install -q -e ".[dev,snntorch]" tomlkit pyserial
 	$(PIP) install -q --no-deps norse==1.1.0
 	$(PIP) install -q --no-deps elasticai.creator==0.66.0
-	$(PIP) install -q tomlkit pyserial
 	$(PY) -c "import torch, nir, norse, snntorch, nirtorch, elasticai.creator.torch2ir; assert torch.version.cuda is None, 'CUDA torch installed'"
 	touch $(STAMP)
 
@@ -49,8 +49,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_run.py
 
 lint: $(STAMP)
-	$(PY) -m ruff check nirbridge tests benchmarks
-	$(PY) -m ruff format --check nirbridge tests benchmarks
+	$(PY) -m ruff check nirbridge tests benchmarks notebooks docs/hooks
+	$(PY) -m ruff format --check nirbridge tests benchmarks notebooks docs/hooks
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -32,6 +32,7 @@ import click
 import nir
 import numpy as np
 
+from .draw import ENGINES
 from .errors import InputError, NirBridgeError, NirFileError, ParameterError
 from .io import NirFile, load
 
@@ -298,12 +299,17 @@ def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | Non
     return inputs
 
 
-def _save_figure(figure: Any, path: str) -> None:
-    from .io import atomic_write
-
+def _picture_format(path: str) -> str:
     suffix = os.path.splitext(path)[1].lower().lstrip(".")
     if suffix not in ("png", "svg", "pdf"):
         raise ParameterError(f"--plot {path}: end the name in .png, .svg or .pdf")
+    return suffix
+
+
+def _save_figure(figure: Any, path: str) -> None:
+    from .io import atomic_write
+
+    suffix = _picture_format(path)
     try:
         atomic_write(path, lambda tmp: figure.savefig(tmp, format=suffix, dpi=120))
     finally:
@@ -512,6 +518,8 @@ def run_command(
     from .data import write_data
     from .run import run
 
+    if plot is not None:
+        _picture_format(plot)  # before the run, not after it
     graph = _graph(file)
     shapes = (
         _input_shapes(graph, file)
@@ -693,7 +701,7 @@ def support(as_json: bool) -> None:
 )
 @click.option(
     "--engine",
-    type=click.Choice(["auto", "graphviz", "matplotlib"]),
+    type=click.Choice(ENGINES),
     default="auto",
     show_default=True,
     help="auto: Graphviz when installed, else matplotlib.",

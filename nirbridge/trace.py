@@ -67,6 +67,7 @@ __all__ = [
     "ModuleMap",
     "export",
     "graph_module_to_nir",
+    "merge_maps",
     "neuron_to_nir",
     "torch_to_nir",
 ]
@@ -237,17 +238,7 @@ def torch_to_nir(
                 "torch_to_nir got both default_map= and default_dict= (nirtorch's name for it); give one"
             )
         default_map = default_dict
-    merged: dict[Any, Any] = dict(DEFAULT_MAP if default_map is None else default_map)
-    merged.update(module_map or {})
-    merged = {key: BRIDGE if value is None else value for key, value in merged.items()}
-    if skip is None:
-        skip = ()
-    elif isinstance(skip, type):
-        skip = (skip,)
-    for entry in skip:
-        if not (isinstance(entry, type) or callable(entry)):
-            raise NirBridgeError(f"skip=... takes module types, got {entry!r}")
-        merged[entry] = BRIDGE
+    merged = merge_maps(module_map, default_map, skip)
     stateful = None
     if stateful_modules:
         extra = tuple(stateful_modules)
@@ -269,6 +260,35 @@ def torch_to_nir(
                 "inference accepted it; pass type_check=False to export without nir's check."
             ) from None
     return graph
+
+
+def merge_maps(
+    module_map: ModuleMap | None, default_map: ModuleMap | None = None, skip: Iterable[Any] | None = ()
+) -> dict[Any, Any]:
+    """``module_map`` over ``default_map`` (``None``: :data:`DEFAULT_MAP`), with the types
+    in ``skip`` and entries whose value is ``None`` left out (:data:`BRIDGE`)."""
+    for name, value in (("module_map", module_map), ("default_map", default_map)):
+        if value is not None and not isinstance(value, Mapping):
+            hint = (
+                " To give an example input, pass it by name: example_input=..."
+                if isinstance(value, (torch.Tensor, np.ndarray, tuple, list))
+                else ""
+            )
+            raise ParameterError(
+                f"{name} must be a dict {{module type: converter}}, got a {type(value).__name__}.{hint}"
+            )
+    merged: dict[Any, Any] = dict(DEFAULT_MAP if default_map is None else default_map)
+    merged.update(module_map or {})
+    merged = {key: BRIDGE if value is None else value for key, value in merged.items()}
+    if skip is None:
+        skip = ()
+    elif isinstance(skip, type):
+        skip = (skip,)
+    for entry in skip:
+        if not (isinstance(entry, type) or callable(entry)):
+            raise ParameterError(f"skip=... takes module types, got {entry!r}")
+        merged[entry] = BRIDGE
+    return merged
 
 
 def export(

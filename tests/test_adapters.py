@@ -551,3 +551,23 @@ def test_norse_neurons_step_as_the_norse_cells_do_bit_for_bit(node_type, zero):
     grad = torch.autograd.grad((outs * weights).sum(), inputs)[0]
     norse_grad = torch.autograd.grad((norse_outs * weights).sum(), inputs)[0]
     assert grad.abs().sum() > 0 and torch.equal(grad, norse_grad)
+
+
+def test_adapters_take_skip_and_module_map_like_torch_to_nir():
+    """The Dropout error tells users to pass skip=; the adapters take it (and None entries)."""
+    leaky = snn.Leaky(beta=0.9, reset_mechanism="zero", reset_delay=False, init_hidden=True)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Dropout(0.2), leaky).eval()
+    with pytest.raises(nirbridge.UnsupportedModuleError, match=r"skip=\(nn.Dropout,\)"):
+        snntorch_adapter.to_nir(model)
+    for graph in (
+        snntorch_adapter.to_nir(model, skip=(nn.Dropout,)),
+        snntorch_adapter.to_nir(model, module_map={nn.Dropout: None}),
+    ):
+        assert list(graph.nodes) == ["input", "0", "2", "output"]
+        assert graph.edges == [("input", "0"), ("0", "2"), ("2", "output")]
+    cells = nn.Sequential(nn.Linear(4, 3), nn.Dropout(0.2))
+    graph = norse_adapter.to_nir(cells.eval(), skip=(nn.Dropout,))
+    assert list(graph.nodes) == ["input", "0", "output"]
+    with pytest.raises(nirbridge.ParameterError, match="pass it by name: example_input=") as info:
+        norse_adapter.to_nir(cells, None, module_map=torch.zeros(1, 4))
+    assert isinstance(info.value, ValueError)

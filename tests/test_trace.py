@@ -881,3 +881,12 @@ def test_a_failing_converter_is_still_a_value_error():
         nirbridge.torch_to_nir(nn.Sequential(nn.Linear(2, 2)), {nn.Linear: broken})
     assert isinstance(info.value, nirbridge.NodeConversionError)
     assert str(info.value.__cause__) == "cannot read this layer"
+
+
+def test_a_tensor_where_the_map_goes_says_to_pass_example_input():
+    cnn = nn.Sequential(nn.Conv2d(2, 4, 3), nn.Flatten(), nn.Linear(4 * 32 * 32, 10))
+    with pytest.raises(nirbridge.ParameterError, match=r"got a Tensor\. .*example_input=") as info:
+        nirbridge.torch_to_nir(cnn, torch.zeros(1, 2, 34, 34))
+    assert "module_map must be a dict" in str(info.value)
+    graph = nirbridge.torch_to_nir(cnn, example_input=torch.zeros(1, 2, 34, 34))
+    assert tuple(graph.nodes["2"].input_type["input"]) == (4 * 32 * 32,)

@@ -3,7 +3,7 @@ buffers and running it with a simulator's own neuron module."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import nir
@@ -80,11 +80,15 @@ def export(
     example_input: Any,
     dt: float | None,
     stateful: Callable[[nn.Module], bool] | None = None,
+    skip: Iterable[Any] | None = (),
 ) -> nir.NIRGraph:
-    """An adapter's ``to_nir``: its map over nirbridge's defaults, the user's on top."""
+    """An adapter's ``to_nir``: its map over nirbridge's defaults, the user's on top,
+    ``skip`` and ``None`` entries left out (as :func:`nirbridge.torch_to_nir` does)."""
     from .. import trace  # trace imports this module for SimulatorNeuron
 
-    merged = {**trace.DEFAULT_MAP, **to_nir_map, **(module_map or {})}
+    if module_map is not None and not isinstance(module_map, Mapping):
+        trace.merge_maps(module_map)  # raises, saying what to pass instead
+    merged = trace.merge_maps({**to_nir_map, **(module_map or {})}, skip=skip)
     return trace.export(module, merged, example_input=example_input, dt=dt, stateful=stateful)
 
 

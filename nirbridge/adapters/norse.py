@@ -28,7 +28,7 @@ cell's input. NIR nodes norse has no cell for use nirbridge's own modules.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import nir
@@ -296,6 +296,7 @@ def to_nir(
     *,
     dt: float | None = None,
     module_map: Mapping[Any, Any] | None = None,
+    skip: Iterable[Any] = (),
 ) -> nir.NIRGraph:
     """Export a norse model to NIR.
 
@@ -305,9 +306,12 @@ def to_nir(
         example_input: as for :func:`nirbridge.torch_to_nir` (needed for convolutions).
         dt: the time step recorded in ``graph.metadata["dt"]``; defaults to the cells'
             own ``dt``, which must agree (norse's default is 1e-3).
-        module_map: entries that win over :data:`TO_NIR` and nirbridge's defaults.
+        module_map: entries that win over :data:`TO_NIR` and nirbridge's defaults
+            (``None`` as a value leaves that module type out).
+        skip: module types to leave out, their input connected to their consumers
+            (``skip=(nn.Dropout,)``), as for :func:`nirbridge.torch_to_nir`.
     """
-    return export(module, TO_NIR, module_map, example_input, dt)
+    return export(module, TO_NIR, module_map, example_input, dt, None, skip)
 
 
 def from_nir(

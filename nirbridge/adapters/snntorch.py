@@ -38,7 +38,7 @@ cannot hold, such as tau < dt or v_leak above threshold) use nirbridge's own mod
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import nir
@@ -356,6 +356,7 @@ def to_nir(
     *,
     dt: float | None = None,
     module_map: Mapping[Any, Any] | None = None,
+    skip: Iterable[Any] = (),
 ) -> nir.NIRGraph:
     """Export an snntorch model to NIR, recording ``dt`` (seconds per step) in
     ``graph.metadata["dt"]``: the argument, else the ``dt`` of modules that have one
@@ -364,8 +365,11 @@ def to_nir(
     The model is written as snntorch users write one step: an ``nn.Sequential`` of
     layers and neurons with ``init_hidden=True``, or a module whose ``forward`` threads
     ``spk, mem = self.lif(x, mem)`` (state arguments with defaults are traced at them).
+    ``module_map`` entries win over :data:`TO_NIR` and nirbridge's defaults (``None``
+    leaves a type out); ``skip`` leaves module types out (``skip=(nn.Dropout,)``), as
+    for :func:`nirbridge.torch_to_nir`.
     """
-    return export(module, TO_NIR, module_map, example_input, dt, is_stateful)
+    return export(module, TO_NIR, module_map, example_input, dt, is_stateful, skip)
 
 
 def from_nir(

@@ -14,6 +14,7 @@ per-step latency <= nirtorch's and within 10% of the hand-written loop.
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import time
 
@@ -23,7 +24,9 @@ import numpy as np
 import torch
 
 import nirbridge
+from nirbridge.checks import check_step
 from nirbridge.interpret import DEFAULT_MAP
+from nirbridge.state import unpack_state
 
 
 def affine_lif_chain(
@@ -79,9 +82,25 @@ def bench_build(sizes: list[int], quick: bool) -> None:
         print(f"{n_nodes:>7} {ours:>10.3f} {theirs:>10.3f} {theirs / ours:>7.0f}x")
 
 
+def _unchecked(state, inputs, reference, spec):
+    """What the generated forward did before the call-time checks: unpack the state."""
+    return (*unpack_state(state), *inputs)
+
+
+def without_checks(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose forward skips nirbridge.checks.check_step, to price the checks."""
+    copied = copy.deepcopy(gm)
+    for node in copied.graph.nodes:
+        if node.op == "call_function" and node.target is check_step:
+            node.target = _unchecked
+    copied.recompile()
+    return copied
+
+
 def bench_step(steps: int, repeats: int, device: str) -> None:
     graph = affine_lif_chain(4, width=128, seed=1, gain=4.0, r=10.0, tau=(1e-3, 5e-3))
     ours = nirbridge.nir_to_torch(graph, dt=1e-4, device=device)
+    unchecked = without_checks(ours)
     theirs = nirtorch.nir_to_torch(graph, NIRTORCH_MAP, device=device)
     theirs.load_state_dict(ours.state_dict())
     modules = [getattr(ours, n) for n in ("fc0", "lif0", "fc1", "lif1", "fc2", "lif2", "fc3", "lif3")]
@@ -93,6 +112,13 @@ def bench_step(steps: int, repeats: int, device: str) -> None:
         state = None
         for x in inputs:
             out, state = ours(x, state)
+        sync()
+        return out
+
+    def run_unchecked():
+        state = None
+        for x in inputs:
+            out, state = unchecked(x, state)
         sync()
         return out
 
@@ -117,16 +143,29 @@ def bench_step(steps: int, repeats: int, device: str) -> None:
     with torch.no_grad():
         hand_out = run_hand()
         assert torch.equal(run_ours(), hand_out), "nirbridge and the hand-written loop disagree"
-        results = {}
-        for name, fn in (("nirbridge", run_ours), ("nirtorch", run_theirs), ("hand loop", run_hand)):
+        assert torch.equal(run_unchecked(), hand_out), "nirbridge without checks disagrees"
+        variants = {
+            "nirbridge": run_ours,
+            "unchecked": run_unchecked,
+            "nirtorch": run_theirs,
+            "hand loop": run_hand,
+        }
+        for fn in variants.values():
             fn()
-            samples = [best_of(fn, 1) / steps * 1e6 for _ in range(repeats)]
-            results[name] = statistics.median(samples)
+        samples: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(repeats):  # interleaved, so drift in the machine's speed hits all alike
+            for name, fn in variants.items():
+                samples[name].append(best_of(fn, 1) / steps * 1e6)
+        results = {name: statistics.median(values) for name, values in samples.items()}
     print(f"\nper-step latency (us), 4 x 128 LIF, batch 32, {device}, median of {repeats} x {steps} steps")
     for name, value in results.items():
         print(f"  {name:<10} {value:8.1f}   ratio to nirbridge {value / results['nirbridge']:.2f}")
     print(f"  nirbridge / hand loop = {results['nirbridge'] / results['hand loop']:.3f} (target <= 1.10)")
     print(f"  nirbridge / nirtorch  = {results['nirbridge'] / results['nirtorch']:.3f} (target <= 1.00)")
+    print(
+        f"  nirbridge / unchecked = {results['nirbridge'] / results['unchecked']:.3f} "
+        "(the call-time checks; target <= 1.05)"
+    )
 
 
 def main() -> None:

@@ -12,7 +12,9 @@ from . import neurons as neurons
 from . import testing as testing
 from .data import read_data as read_data
 from .data import write_data as write_data
+from .errors import AssumedDtWarning as AssumedDtWarning
 from .errors import CompileWarning as CompileWarning
+from .errors import DtWarning as DtWarning
 from .errors import GraphStructureError as GraphStructureError
 from .errors import InputError as InputError
 from .errors import LossyConversionWarning as LossyConversionWarning
@@ -49,7 +51,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_MAP",
+    "AssumedDtWarning",
     "CompileWarning",
+    "DtWarning",
     "GraphStructureError",
     "InputError",
     "LossyConversionWarning",

@@ -1,6 +1,8 @@
 """The ``nirbridge`` command line.
 
-- ``nirbridge info FILE...``: what a ``.nir`` file holds, at a glance (``--json``).
+- ``nirbridge info FILE...``: what a ``.nir`` file holds, at a glance (``--json``);
+  ``--nodes`` adds a table of every node: type, shapes, parameters, incoming edges
+  with the delayed (recurrent) ones marked.
 - ``nirbridge convert IN OUT``: ``.nir`` ⇄ elasticai.creator IR ``.json``, or a ``.nir``
   rewritten (``--compression``).
 - ``nirbridge run FILE``: run a file on random or given spikes, record, write the
@@ -32,6 +34,7 @@ import click
 import nir
 import numpy as np
 
+from . import graph as graph_utils
 from .draw import ENGINES
 from .errors import InputError, NirBridgeError, NirFileError, ParameterError
 from .io import NirFile, load
@@ -77,13 +80,39 @@ def _walk(graph: nir.NIRGraph, prefix: str = ""):
             yield from _walk(node, f"{prefix}{name}.")
 
 
+def _root_graph(loaded: NirFile) -> nir.NIRGraph:
+    """The file's graph; a file holding a single node is shown as a graph of one, ``node``."""
+    root = loaded.node
+    if isinstance(root, nir.NIRGraph):
+        return root
+    return nir.NIRGraph(nodes={"node": root}, edges=[], type_check=False)
+
+
+def _parameter_arrays(node: nir.NIRNode) -> list[np.ndarray]:
+    """A leaf node's parameters: its numeric array fields, less shapes and hyperparameters
+    (``_NOT_PARAMETERS``); none for graphs, Input, Output and Flatten."""
+    if isinstance(node, (nir.NIRGraph, nir.Input, nir.Output, nir.Flatten)):
+        return []
+    arrays = []
+    for field, value in vars(node).items():
+        if field in _NOT_PARAMETERS or field in ("input_type", "output_type", "metadata"):
+            continue
+        if isinstance(value, (np.ndarray, np.number)) and np.asarray(value).dtype.kind in "biufc":
+            arrays.append(np.asarray(value))
+    return arrays
+
+
+def _parameters(node: nir.NIRNode) -> int:
+    """How many parameter values a node holds; a nested graph, all those inside it."""
+    if isinstance(node, nir.NIRGraph):
+        return sum(_parameters(member) for member in node.nodes.values())
+    return sum(int(array.size) for array in _parameter_arrays(node))
+
+
 def summarize(loaded: NirFile) -> dict[str, Any]:
     """A JSON-ready summary of a loaded file (what ``nirbridge info`` prints)."""
     root = loaded.node
-    if isinstance(root, nir.NIRGraph):
-        graph = root
-    else:
-        graph = nir.NIRGraph(nodes={"node": root}, edges=[], type_check=False)
+    graph = _root_graph(loaded)
     types: Counter[str] = Counter()
     values: Counter[str] = Counter()
     size = 0
@@ -92,15 +121,9 @@ def summarize(loaded: NirFile) -> dict[str, Any]:
         types[type(node).__name__] += 1
         if isinstance(node, nir.NIRGraph):
             edges += len(node.edges)
-            continue
-        if isinstance(node, (nir.Input, nir.Output, nir.Flatten)):
-            continue
-        for field, value in vars(node).items():
-            if field in _NOT_PARAMETERS or field in ("input_type", "output_type", "metadata"):
-                continue
-            if isinstance(value, (np.ndarray, np.number)) and np.asarray(value).dtype.kind in "biufc":
-                values[str(np.asarray(value).dtype)] += int(np.size(value))
-                size += int(np.asarray(value).nbytes)
+        for array in _parameter_arrays(node):
+            values[str(array.dtype)] += int(array.size)
+            size += int(array.nbytes)
     return {
         "file": loaded.source,
         "version": loaded.version,
@@ -157,6 +180,75 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _node_rows(graph: nir.NIRGraph) -> list[tuple[int, dict[str, Any]]]:
+    """Every node as ``(depth, row)``, each level in evaluation order (nodes no Input
+    reaches after, in graph order) with its nested graph's nodes right below it.
+
+    A row holds the dotted ``name``, the enclosing ``graph`` (dotted, "" at the top),
+    ``type``, ``input_shape`` and ``output_shape`` (None where unknown), ``parameters``
+    (for a nested graph: all the values inside it) and ``inputs``: the incoming edges
+    as ``{"source", "delayed"}``, delayed as :func:`nirbridge.graph.plan` finds them.
+    """
+    rows: list[tuple[int, dict[str, Any]]] = []
+
+    def level(g: nir.NIRGraph, path: str, depth: int) -> None:
+        prefix = f"{path}." if path else ""
+        the_plan = graph_utils.plan(g, path, strict=False)
+        reached = set(the_plan.order)
+        for name in [*the_plan.order, *(n for n in g.nodes if n not in reached)]:
+            node = g.nodes[name]
+            row = {
+                "name": f"{prefix}{name}",
+                "graph": path,
+                "type": type(node).__name__,
+                "input_shape": _shape(node.input_type),
+                "output_shape": _shape(node.output_type),
+                "parameters": _parameters(node),
+                "inputs": [
+                    {"source": f"{prefix}{source}", "delayed": delayed}
+                    for source, delayed in the_plan.incoming[name]
+                ],
+            }
+            rows.append((depth, row))
+            if isinstance(node, nir.NIRGraph):
+                level(node, f"{prefix}{name}", depth + 1)
+
+    level(graph, "", 0)
+    return rows
+
+
+def _render_nodes(rows: list[tuple[int, dict[str, Any]]]) -> str:
+    """The node table of ``info --nodes``: nested nodes indented under their graph,
+    incoming edges after ``←`` with delayed ones marked ``(delayed)``."""
+
+    def shape(value: list[int] | None) -> str:
+        return str(tuple(value)) if value is not None else "?"
+
+    def edges(inputs: list[dict[str, Any]]) -> str:
+        text = ", ".join(e["source"] + (" (delayed)" if e["delayed"] else "") for e in inputs)
+        return f"← {text}" if text else ""
+
+    table = [("name", "type", "input", "output", "parameters", "edges in")]
+    table += [
+        (
+            "  " * depth + row["name"],
+            row["type"],
+            shape(row["input_shape"]),
+            shape(row["output_shape"]),
+            f"{row['parameters']:,}" if row["parameters"] else "-",
+            edges(row["inputs"]),
+        )
+        for depth, row in rows
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(5)]
+    legend = "in evaluation order; ← incoming edges; (delayed) ones carry the previous step's output"
+    lines = [f"  nodes        {legend}"]
+    for line in table:
+        cells = [line[i].ljust(widths[i]) for i in range(4)] + [line[4].rjust(widths[4]), line[5]]
+        lines.append(("    " + "  ".join(cells)).rstrip())
+    return "\n".join(lines)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="nirbridge")
 def main() -> None:
@@ -166,20 +258,37 @@ def main() -> None:
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True, allow_dash=False))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object per file (a list for several).")
-def info(files: tuple[str, ...], as_json: bool) -> None:
+@click.option(
+    "--nodes",
+    "list_nodes",
+    is_flag=True,
+    help="List every node (nested ones indented under their graph): type, input and output shape, "
+    "parameters, incoming edges with delayed (recurrent) ones marked. With --json: a 'node_list' entry.",
+)
+def info(files: tuple[str, ...], as_json: bool, list_nodes: bool) -> None:
     """Summarise each .nir FILE: version, nodes, edges, shapes, parameters, dt, warnings."""
     summaries = []
+    tables = []
     failed = False
     for path in files:
         try:
-            summaries.append(summarize(load(path)))
+            loaded = load(path)
+            summary = summarize(loaded)
+            if list_nodes:
+                rows = _node_rows(_root_graph(loaded))
+                summary["node_list"] = [row for _, row in rows]
+                tables.append(_render_nodes(rows))
+            summaries.append(summary)
         except NirBridgeError as error:
             failed = True
             click.echo(f"nirbridge info: {' '.join(str(error).split())}", err=True)
     if as_json and summaries:
         click.echo(json.dumps(summaries[0] if len(files) == 1 else summaries, indent=2))
     elif summaries:
-        click.echo("\n\n".join(render(s) for s in summaries))
+        texts = [render(s) for s in summaries]
+        if list_nodes:
+            texts = [f"{text}\n{table}" for text, table in zip(texts, tables)]
+        click.echo("\n\n".join(texts))
     sys.exit(1 if failed else 0)
 
 

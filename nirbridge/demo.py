@@ -22,6 +22,7 @@ import nirbridge
 from nirbridge import neurons
 
 DT = 1e-4
+TIMING_THREADS = 1  # torch threads while the time per step is measured
 
 
 def recurrent_block(rng: np.random.Generator, n_in: int, n: int) -> nir.NIRGraph:
@@ -105,12 +106,17 @@ def run(
     spikes = (torch.rand(steps, batch, 32, generator=generator) < rate).float()
     state = original_state = None
     mismatches = 0
+    threads = torch.get_num_threads()
     with torch.no_grad():
-        gm(spikes[0])  # warm-up: torch's first calls are slow
-        start = time.perf_counter()
-        for x in spikes:
-            out, state = gm(x, state)
-        elapsed = time.perf_counter() - start
+        torch.set_num_threads(TIMING_THREADS)  # a figure that does not depend on the machine's cores
+        try:
+            gm(spikes[0])  # warm-up: torch's first calls are slow
+            start = time.perf_counter()
+            for x in spikes:
+                out, state = gm(x, state)
+            elapsed = time.perf_counter() - start
+        finally:
+            torch.set_num_threads(threads)
         counts: dict[str, int] = {}
         for name, module in gm.named_modules():
             if isinstance(module, (nirbridge.neurons.LIF, nirbridge.neurons.CubaLIF)):
@@ -130,7 +136,10 @@ def run(
         size = gm.get_submodule(name).v_threshold.numel()
         print(f"  {name:<12} {count:>7} spikes  ({count / (steps * batch * size):.3f} per neuron per step)")
     print(f"output spikes that differ from the original torch model: {mismatches}")
-    print(f"time per step: {elapsed / steps * 1e6:.1f} us")
+    print(
+        f"time per step: {elapsed / steps * 1e6:.1f} us (batch {batch}, {TIMING_THREADS} torch thread, "
+        f"stepping gm(x, state); see benchmarks/ for comparisons)"
+    )
     if plot is not None:
         result = nirbridge.run(gm, spikes, record=list(counts), progress=False)
         figure = result.plot(*counts, "output")

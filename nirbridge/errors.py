@@ -164,6 +164,16 @@ class NirFileWarning(NirBridgeWarning):
     """A .nir file was read, but part of it does not fit NIR; the message names what."""
 
 
+class DtWarning(NirBridgeWarning):
+    """The time step is doubtful: too large for a neuron's time constants (forward Euler
+    overshoots where dt/τ ≥ 1), or other than the one the graph records."""
+
+
+class AssumedDtWarning(DtWarning):
+    """A graph that records no time step runs at the assumed default (1e-4 s); filter
+    this category to silence it, or pass ``dt=``."""
+
+
 class CompileWarning(NirBridgeWarning):
     """``run(compile=True)`` could not compile and ran in eager mode instead."""
 

@@ -14,10 +14,11 @@ import functools
 import inspect
 import io
 import keyword
+import math
 import operator
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import nir
@@ -27,7 +28,10 @@ import torch.fx as fx
 
 from . import graph as graph_utils
 from . import layers, neurons
+from .checks import check_step
 from .errors import (
+    AssumedDtWarning,
+    DtWarning,
     GraphStructureError,
     NirBridgeError,
     NodeConversionError,
@@ -36,7 +40,7 @@ from .errors import (
     UnsupportedNodeError,
 )
 from .neurons.modules import DEFAULT_DT, check_dt
-from .state import DELAYED, NODES, unpack_state
+from .state import DELAYED, NODES
 
 __all__ = ["DEFAULT_MAP", "NodeMap", "nir_to_torch"]
 
@@ -75,6 +79,7 @@ def nir_to_torch(
     dt: float | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
+    trainable: Iterable[str] | bool = (),
 ) -> torch.nn.Module:
     """Build a stateful torch module that runs a NIR graph one time step per call.
 
@@ -91,6 +96,10 @@ def nir_to_torch(
             ``graph.metadata["dt"]``, then to 1e-4.
         device: where the module's parameters live.
         dtype: floating dtype of parameters (default: torch's default dtype).
+        trainable: neuron parameters to make ``torch.nn.Parameter``s, by NIR field name
+            (``("tau", "v_threshold")``; ``True`` for all). Weights are always
+            parameters; neuron parameters are buffers otherwise. Exporting after
+            training (:func:`nirbridge.torch_to_nir`) carries the trained values.
 
     Returns:
         A ``torch.fx.GraphModule`` with ``out, state = gm(*inputs, state=None)``, or for a
@@ -115,16 +124,12 @@ def nir_to_torch(
         DEFAULT_MAP if default_map is None else default_map
     )
     merged.update(node_map or {})
-    if dt is None:
-        metadata = getattr(graph, "metadata", None) or {}
-        dt = metadata.get("dt", DEFAULT_DT) if isinstance(metadata, Mapping) else DEFAULT_DT
-        dt = check_dt(dt, "graph.metadata['dt']")
-    else:
-        dt = check_dt(dt, "nir_to_torch(dt=...)")
+    dt = _time_step(graph, dt)
     target_dtype = dtype or torch.get_default_dtype()
     if not target_dtype.is_floating_point:
         raise ParameterError(f"nir_to_torch(dtype=...) must be a floating dtype, got {dtype}")
 
+    _check_time_constants(graph, dt)
     if isinstance(graph, nir.NIRGraph) and nir.NIRGraph not in merged:
         _check_supported(graph, merged)
         the_plan = graph_utils.plan(graph)
@@ -138,10 +143,117 @@ def nir_to_torch(
             )
         _check_supported(nir.NIRGraph(nodes={"node": graph}, edges=[], type_check=False), merged)
         module = _convert("node", graph, merged, dt)
+    _make_trainable(module, trainable)
     module = module.to(dtype=target_dtype)
     if device is not None:
         module = module.to(device)
     return module
+
+
+def _make_trainable(module: torch.nn.Module, trainable: Iterable[str] | bool) -> None:
+    """Turn the named parameter buffers of every nirbridge neuron into ``nn.Parameter``s."""
+    if trainable is False or trainable is None:
+        return
+    if isinstance(trainable, str):
+        trainable = (trainable,)
+    populations = [m for m in module.modules() if isinstance(m, neurons.modules.Neuron)]
+    available = sorted({name for m in populations for name in m.params})
+    names = set(available) if trainable is True else set(trainable)
+    unknown = sorted(names - set(available))
+    if unknown:
+        raise ParameterError(
+            f"trainable={sorted(names)}: the graph's neurons have no parameter(s) {unknown}; "
+            f"they have {available or 'none (no nirbridge neurons in the graph)'}"
+        )
+    for population in populations:
+        for name in names & set(population.params):
+            value = population._buffers.pop(name)
+            population.register_parameter(name, torch.nn.Parameter(value))
+
+
+def _time_step(graph: nir.NIRNode, dt: Any) -> float:
+    """``dt`` if given (with a :class:`DtWarning` where the graph records another), else
+    the graph's ``metadata["dt"]``, else :data:`DEFAULT_DT` with an :class:`AssumedDtWarning`."""
+    metadata = getattr(graph, "metadata", None)
+    recorded = metadata.get("dt") if isinstance(metadata, Mapping) else None
+    if dt is not None:
+        dt = check_dt(dt, "nir_to_torch(dt=...)")
+        if recorded is not None and not math.isclose(check_dt(recorded, "graph.metadata['dt']"), dt):
+            warnings.warn(
+                f"nir_to_torch(dt={dt:g}) differs from the dt the graph records "
+                f"(metadata['dt'] = {float(recorded):g} s); the graph runs at dt = {dt:g} s",
+                DtWarning,
+                stacklevel=3,
+            )
+        return dt
+    if recorded is not None:
+        return check_dt(recorded, "graph.metadata['dt']")
+    warnings.warn(
+        f"the graph records no time step (metadata['dt']), so it runs at dt = {DEFAULT_DT:g} s, "
+        "the NIR paper's and snntorch's; pass nir_to_torch(..., dt=...) to choose (this warning "
+        "is a nirbridge.AssumedDtWarning, which can be filtered)",
+        AssumedDtWarning,
+        stacklevel=3,
+    )
+    return DEFAULT_DT
+
+
+_TIME_CONSTANTS = {  # neuron type: (time constant, the factor an exporter scales by dt)
+    nir.LI: (("tau", "r"),),
+    nir.LIF: (("tau", "r"),),
+    nir.CubaLI: (("tau_syn", "w_in"), ("tau_mem", "r")),
+    nir.CubaLIF: (("tau_syn", "w_in"), ("tau_mem", "r")),
+}
+
+
+def _check_time_constants(graph: nir.NIRNode, dt: float) -> None:
+    """Warn (:class:`DtWarning`) about neurons whose dt/τ is 1 or more, where forward
+    Euler overshoots or blows up, saying which dt the file's exporter likely meant."""
+    problems: dict[str, list[str]] = {}
+    likely: set[float] = set()
+
+    def visit(node: Any, name: str) -> None:
+        if isinstance(node, nir.NIRGraph):
+            for child, sub in node.nodes.items():
+                visit(sub, f"{name}.{child}" if name else child)
+            return
+        for tau_field, scale_field in next(
+            (v for k, v in _TIME_CONSTANTS.items() if isinstance(node, k)), ()
+        ):
+            tau = np.asarray(getattr(node, tau_field, np.inf), dtype=np.float64)
+            if tau.size == 0 or not np.all(np.isfinite(tau)) or np.any(tau <= 0):
+                continue
+            ratio = dt / float(tau.min())
+            if ratio < 1:
+                continue
+            problems.setdefault(f"{name!r} ({type(node).__name__})", []).append(
+                f"dt/{tau_field} = {ratio:.3g}"
+            )
+            # exporters that scale by dt store tau/dt (snntorch: r = tau_mem/dt, w_in = tau_syn/dt)
+            scale = np.asarray(getattr(node, scale_field, 1.0), dtype=np.float64)
+            meant = np.broadcast_to(
+                tau / np.where(scale == 0, np.nan, scale), np.broadcast_shapes(tau.shape, scale.shape)
+            )
+            if meant.size and np.all(np.isfinite(meant)) and np.ptp(meant) <= 1e-6 * abs(meant.flat[0]):
+                if float(meant.flat[0]) < float(tau.min()) and not math.isclose(float(meant.flat[0]), dt):
+                    likely.add(float(np.float32(meant.flat[0])))
+
+    visit(graph, "")
+    if not problems:
+        return
+    hint = (
+        f"its exporter likely meant dt = {', '.join(f'{v:g}' for v in sorted(likely))} s "
+        "(its r and w_in are τ/dt, as snntorch writes them)"
+        if len(likely) == 1
+        else "choose a dt well below the smallest time constant"
+    )
+    warnings.warn(
+        f"at dt = {dt:g} s, forward Euler overshoots or blows up in neurons whose dt/τ is 1 or "
+        f"more: {'; '.join(f'{node}: ' + ', '.join(r) for node, r in problems.items())}. "
+        f"Pass nir_to_torch(..., dt=...): {hint}",
+        DtWarning,
+        stacklevel=3,
+    )
 
 
 def _check_supported(graph: nir.NIRGraph, node_map: Mapping[type, Any]) -> None:
@@ -243,6 +355,11 @@ class NIRGraphModule(fx.GraphModule):
             return modules[name]
         return super().__getattr__(name)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> NIRGraphModule:
+        copied = super().__deepcopy__(memo)
+        _private_dtype_buffer(copied)  # fx copies it as a persistent buffer
+        return copied
+
     def __reduce__(self) -> Any:
         # fx rebuilds a pickled GraphModule from its code and forgets ``meta``, which
         # holds what nirbridge.run and torch_to_nir need: restore it after rebuilding
@@ -253,7 +370,15 @@ class NIRGraphModule(fx.GraphModule):
 def _with_meta(rebuild: Callable[..., fx.GraphModule], arguments: tuple, meta: dict) -> fx.GraphModule:
     module = rebuild(*arguments)
     module.meta.update(meta)
+    _private_dtype_buffer(module)  # fx's rebuild forgets that it is not persistent
     return module
+
+
+def _private_dtype_buffer(module: fx.GraphModule) -> None:
+    """Keep the dtype buffer out of ``state_dict`` (fx registers buffers it copies as
+    persistent), so the state_dict holds the nodes' parameters only."""
+    if _DTYPE in module._buffers:
+        module.register_buffer(_DTYPE, module._buffers[_DTYPE], persistent=False)
 
 
 class _Retracer(fx.Tracer):
@@ -261,7 +386,7 @@ class _Retracer(fx.Tracer):
     helpers are recorded as calls instead of being run on proxies."""
 
     def __init__(self) -> None:
-        super().__init__(autowrap_functions=(unpack_state, add_delayed, delayed_only))
+        super().__init__(autowrap_functions=(check_step, add_delayed, delayed_only))
 
 
 _RESERVED = frozenset(dir(fx.GraphModule)) | {"graph", "code", "meta", "training"}
@@ -365,11 +490,32 @@ def _build(
     for name in the_plan.inputs:
         values[name] = g.placeholder(_placeholder_name(name, taken))
         values[name].meta["nir_node"] = name
-    reference = values[the_plan.inputs[0]]
     state_in = g.placeholder("state", default_value=None)
-    unpacked = g.create_node("call_function", unpack_state, (state_in,), name="state_parts")
-    node_states = g.create_node("call_function", operator.getitem, (unpacked, 0), name="node_states")
-    delayed_in = g.create_node("call_function", operator.getitem, (unpacked, 1), name="delayed_outputs")
+    # the call-time checks (nirbridge.checks): shapes, dtypes and keys, never the data
+    root.register_buffer(_DTYPE, torch.empty(0), persistent=False)
+    stateful_names = tuple(n for n in the_plan.order if stateful.get(n))
+    spec = (
+        tuple(the_plan.inputs),
+        tuple(_known(shapes.outputs.get(name)) for name in the_plan.inputs),
+        stateful_names,
+        tuple(_state_type(built[n]) for n in stateful_names),
+        tuple(the_plan.delayed_sources),
+    )
+    checked = g.create_node(
+        "call_function",
+        check_step,
+        (state_in, tuple(values[n] for n in the_plan.inputs), g.get_attr(_DTYPE), spec),
+        name="checked",
+    )
+    node_states = g.create_node("call_function", operator.getitem, (checked, 0), name="node_states")
+    delayed_in = g.create_node("call_function", operator.getitem, (checked, 1), name="delayed_outputs")
+    for index, name in enumerate(the_plan.inputs):
+        raw = values[name]
+        values[name] = g.create_node(
+            "call_function", operator.getitem, (checked, 2 + index), name=f"{raw.name}_"
+        )
+        values[name].meta["nir_node"] = name
+    reference = values[the_plan.inputs[0]]
     previous = {
         source: g.create_node("call_method", "get", (delayed_in, source), name=f"{_safe(source)}_previous")
         for source in the_plan.delayed_sources
@@ -430,6 +576,7 @@ def _build(
     g.lint()
     g._tracer_cls = _Retracer  # what pickle's reconstruction traces with
     gm = NIRGraphModule(root, g, class_name="NIRGraphModule")
+    _private_dtype_buffer(gm)
     for child_name, child in root.named_children():
         setattr(gm, child_name, child)
     gm.meta["nirbridge"] = {
@@ -451,6 +598,21 @@ def _build(
         },
     }
     return gm
+
+
+_DTYPE = "_nirbridge_dtype"  # an empty buffer: the module's dtype, for casting spike inputs
+
+
+def _known(shape: Any) -> tuple[int, ...] | None:
+    return tuple(int(n) for n in shape) if shape is not None else None
+
+
+def _state_type(module: torch.nn.Module) -> str | None:
+    """The name of the type a stateful module's state has, where the module declares it."""
+    if isinstance(module, fx.GraphModule):
+        return "dict"
+    kind = getattr(module, "state_type", None)
+    return kind.__name__ if isinstance(kind, type) else None
 
 
 def _io_nodes(nodes: Mapping[str, Any], shapes: graph_utils.Shapes) -> dict[str, nir.NIRNode]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -232,6 +233,8 @@ def test_run_with_random_input_and_bad_input_files(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "20 steps of 0.0001 s, batch 2, input: random spikes, rate 0.5, seed 0" in result.stdout
+    assert result.stderr.startswith("nirbridge run: warning: the graph records no time step")
+    assert len(result.stderr.splitlines()) == 1
     assert any(line.split()[:4] == ["lif2", "spikes", "7", "neurons"] for line in result.stdout.splitlines())
     with h5py.File(tmp_path / "wrong.h5", "w") as file:
         file["input"] = np.zeros((5, 2, 13))
@@ -240,11 +243,11 @@ def test_run_with_random_input_and_bad_input_files(tmp_path):
         file["b"] = np.zeros((5, 12))
     results = many(
         [
-            ["run", BRAILLE, "--input", tmp_path / "wrong.h5"],
-            ["run", BRAILLE, "--input", tmp_path / "two.h5"],
-            ["run", BRAILLE, "--rate", "2"],
-            ["run", BRAILLE, "--record", "nowhere"],
-            ["run", BRAILLE, "--plot", tmp_path / "raster.bmp"],
+            ["run", BRAILLE, "--dt", "1e-4", "--input", tmp_path / "wrong.h5"],
+            ["run", BRAILLE, "--dt", "1e-4", "--input", tmp_path / "two.h5"],
+            ["run", BRAILLE, "--dt", "1e-4", "--rate", "2"],
+            ["run", BRAILLE, "--dt", "1e-4", "--record", "nowhere"],
+            ["run", BRAILLE, "--dt", "1e-4", "--plot", tmp_path / "raster.bmp"],
         ]
     )
     expected = [
@@ -349,3 +352,174 @@ def test_convert_between_nir_and_elasticai_json_and_recompress(tmp_path):
     for result, text in zip(results, expected):
         assert result.returncode == 1 and text in result.stderr, result.stderr
     assert not (tmp_path / "x.nir").exists()
+
+
+# ----------------------------------------------------------------------------- info --nodes
+
+SRNN_NESTED = EXAMPLES / "spyx__docs__examples__nir__rsnn__braille_noDelay_bias_zero_subgraph.nir"
+CNN = EXAMPLES / "NIR__paper__02_cnn__cnn_sinabs.nir"
+HYPERPARAMETERS = ("input_type", "output_type", "metadata", "input_shape", "stride", "padding", "dilation")
+
+
+def node_table(stdout: str) -> list[list[str]]:
+    """The rows of `info --nodes`'s table, split on runs of two or more spaces, each name
+    keeping its indentation (the first 4 spaces indent the whole table)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  nodes        in evaluation order"))
+    assert lines[start + 1].split() == ["name", "type", "input", "output", "parameters", "edges", "in"]
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("    "):
+            break
+        body = line[4:]
+        cells = re.split(r"\s{2,}", body.strip())
+        rows.append([" " * (len(body) - len(body.lstrip())) + cells[0], *cells[1:]])
+    return rows
+
+
+def parameter_count(node: nir.NIRNode) -> int:
+    """Parameter values of a node as read by nir itself: its array fields, less shapes,
+    hyperparameters and integer scalars (groups, start_dim, end_dim)."""
+    if isinstance(node, nir.NIRGraph):
+        return sum(parameter_count(n) for n in node.nodes.values())
+    if isinstance(node, (nir.Input, nir.Output, nir.SumPool2d, nir.Flatten)):
+        return 0
+    return sum(
+        int(np.size(v))
+        for k, v in vars(node).items()
+        if k not in HYPERPARAMETERS and isinstance(v, np.ndarray)
+    )
+
+
+def test_info_nodes_lists_the_braille_srnn_with_its_delayed_edge():
+    plain, listed, as_json = many(
+        [["info", BRAILLE], ["info", "--nodes", BRAILLE], ["info", "--json", "--nodes", BRAILLE]]
+    )
+    assert [r.returncode for r in (plain, listed, as_json)] == [0, 0, 0], listed.stderr
+    assert listed.stdout.startswith(plain.stdout.rstrip("\n") + "\n  nodes ")  # the summary, then the table
+    graph = nir.read(BRAILLE)
+    params = {name: parameter_count(node) for name, node in graph.nodes.items()}
+    assert params == {"input": 0, "fc1": 494, "lif1.lif": 266, "lif1.w_rec": 1482, "fc2": 273, "lif2": 49,
+                      "output": 0}  # fmt: skip
+    assert node_table(listed.stdout) == [
+        ["input", "Input", "(12,)", "(12,)", "-"],
+        ["fc1", "Affine", "(12,)", "(38,)", "494", "← input"],
+        ["lif1.lif", "CubaLIF", "(38,)", "(38,)", "266", "← lif1.w_rec (delayed), fc1"],
+        ["fc2", "Affine", "(38,)", "(7,)", "273", "← lif1.lif"],
+        ["lif2", "CubaLIF", "(7,)", "(7,)", "49", "← fc2"],
+        ["output", "Output", "(7,)", "(7,)", "-", "← lif2"],
+        ["lif1.w_rec", "Affine", "(38,)", "(38,)", "1,482", "← lif1.lif"],
+    ]
+    assert listed.stdout.count("(delayed)") == 2  # the legend and the one recurrent edge
+    summary = json.loads(as_json.stdout)
+    assert summary["nodes"] == 7 and summary["parameters"] == sum(params.values())  # unchanged keys
+    rows = {row["name"]: row for row in summary["node_list"]}
+    assert list(rows) == ["input", "fc1", "lif1.lif", "fc2", "lif2", "output", "lif1.w_rec"]
+    assert rows["lif1.lif"] == {
+        "name": "lif1.lif",
+        "graph": "",  # a dotted name at the top level, not a nested graph
+        "type": "CubaLIF",
+        "input_shape": [38],
+        "output_shape": [38],
+        "parameters": 266,
+        "inputs": [{"source": "lif1.w_rec", "delayed": True}, {"source": "fc1", "delayed": False}],
+    }
+    assert {name: row["parameters"] for name, row in rows.items()} == params
+    assert [(e["source"], name) for name, row in rows.items() for e in row["inputs"] if e["delayed"]] == [
+        ("lif1.w_rec", "lif1.lif")
+    ]
+    assert sorted((e["source"], name) for name, row in rows.items() for e in row["inputs"]) == sorted(
+        map(tuple, graph.edges)
+    )
+
+
+def test_info_nodes_indents_a_nested_graph_and_marks_its_recurrent_edge():
+    listed, as_json = many([["info", "--nodes", SRNN_NESTED], ["info", "--nodes", "--json", SRNN_NESTED]])
+    assert listed.returncode == 0 and as_json.returncode == 0, listed.stderr + as_json.stderr
+    assert node_table(listed.stdout) == [
+        ["input", "Input", "(12,)", "(12,)", "-"],
+        ["fc1", "Affine", "(12,)", "(38,)", "494", "← input"],
+        ["lif1", "NIRGraph", "(38,)", "(38,)", "1,748", "← fc1"],
+        ["  lif1.input", "Input", "(38,)", "(38,)", "-"],
+        ["  lif1.lif1", "CubaLIF", "(38,)", "(38,)", "266", "← lif1.input, lif1.lin (delayed)"],
+        ["  lif1.output", "Output", "(38,)", "(38,)", "-", "← lif1.lif1"],
+        ["  lif1.lin", "Affine", "(38,)", "(38,)", "1,482", "← lif1.lif1"],
+        ["fc2", "Affine", "(38,)", "(7,)", "273", "← lif1"],
+        ["lif2", "CubaLIF", "(7,)", "(7,)", "49", "← fc2"],
+        ["output", "Output", "(7,)", "(7,)", "-", "← lif2"],
+    ]
+    summary = json.loads(as_json.stdout)
+    graph = nir.read(SRNN_NESTED)
+    inner = graph.nodes["lif1"]
+    rows = {row["name"]: row for row in summary["node_list"]}
+    assert len(rows) == summary["nodes"] == 10
+    assert {n: r["graph"] for n, r in rows.items() if r["graph"]} == dict.fromkeys(
+        ["lif1.input", "lif1.lif1", "lif1.output", "lif1.lin"], "lif1"
+    )
+    expected = {f"lif1.{n}": parameter_count(v) for n, v in inner.nodes.items()}
+    expected |= {n: parameter_count(v) for n, v in graph.nodes.items()}
+    assert {n: r["parameters"] for n, r in rows.items()} == expected
+    assert sum(r["parameters"] for r in rows.values() if r["type"] != "NIRGraph") == summary["parameters"]
+    assert rows["lif1.lif1"]["inputs"] == [
+        {"source": "lif1.input", "delayed": False},
+        {"source": "lif1.lin", "delayed": True},
+    ]
+
+
+def test_info_nodes_counts_the_cnn_parameters_as_nir_reads_them():
+    listed, as_json = many([["info", "--nodes", CNN], ["info", "--json", "--nodes", CNN]])
+    assert listed.returncode == 0 and as_json.returncode == 0, listed.stderr + as_json.stderr
+    graph = nir.read(CNN)
+    rows = {row["name"]: row for row in json.loads(as_json.stdout)["node_list"]}
+    chain = ["input", *map(str, range(13)), "output"]  # evaluation order, not the file's "0, 1, 10, ..."
+    assert list(rows) == chain
+    assert {n: r["parameters"] for n, r in rows.items()} == {
+        n: parameter_count(v) for n, v in graph.nodes.items()
+    }
+    assert rows["0"]["parameters"] == 16 * 2 * 5 * 5 + 16 and rows["1"]["parameters"] == 3 * 16 * 16 * 16
+    assert rows["0"]["input_shape"] == [2, 34, 34] and rows["0"]["output_shape"] == [16, 16, 16]
+    assert rows["8"]["type"] == "Flatten" and rows["8"]["output_shape"] == [128]
+    assert all(
+        r["inputs"] == [{"source": a, "delayed": False}] for a, r in zip(chain, list(rows.values())[1:])
+    )
+    table = {row[0]: row for row in node_table(listed.stdout)}
+    assert table["0"] == ["0", "Conv2d", "(2, 34, 34)", "(16, 16, 16)", "816", "← input"]
+    assert table["9"][4] == "33,024" and table["4"][4] == "-"
+    assert "(delayed)" not in listed.stdout.split("\n  nodes ")[1].split("\n", 1)[1]
+
+
+def test_info_nodes_of_a_single_node_an_unreached_node_and_unknown_shapes(tmp_path):
+    nirbridge.write(tmp_path / "single.nir", nir.LIF(*(np.ones(4) for _ in range(5))))
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([2])),
+            "loop": nir.Linear(np.eye(2)),  # a self-loop: delayed
+            "stray": nir.Scale(np.ones(3)),  # no Input reaches it
+            "output": nir.Output(np.array([2])),
+        },
+        edges=[("input", "loop"), ("loop", "loop"), ("loop", "output"), ("stray", "output")],
+        type_check=False,
+    )
+    graph.nodes["input"] = nir.Input({"input": np.array(["a", "b"])})  # a shape that is not integers
+    nirbridge.write(tmp_path / "odd.nir", graph)
+    single = CliRunner().invoke(main, ["info", "--nodes", str(tmp_path / "single.nir")])
+    assert single.exit_code == 0, single.output
+    assert node_table(single.output) == [["node", "LIF", "(4,)", "(4,)", "20"]]
+    odd = CliRunner().invoke(main, ["info", "--json", "--nodes", str(tmp_path / "odd.nir")])
+    assert odd.exit_code == 0, odd.output
+    rows = {row["name"]: row for row in json.loads(odd.output)["node_list"]}
+    assert list(rows) == ["input", "loop", "output", "stray"]  # the unreached node last
+    assert rows["loop"]["inputs"] == [
+        {"source": "input", "delayed": False},
+        {"source": "loop", "delayed": True},
+    ]
+    assert rows["stray"]["inputs"] == [] and rows["stray"]["parameters"] == 3
+    text = CliRunner().invoke(
+        main, ["info", "--nodes", str(tmp_path / "odd.nir"), str(tmp_path / "none.nir")]
+    )
+    assert text.exit_code == 1 and text.stderr.strip().endswith("none.nir: no such file")
+    assert node_table(text.stdout)[:2] == [
+        ["input", "Input", "?", "?", "-"],
+        ["loop", "Linear", "(2,)", "(2,)", "4", "← input, loop (delayed)"],
+    ]
+    assert rows["input"]["input_shape"] is None

@@ -438,7 +438,8 @@ def test_file_dt_from_metadata_is_used(tmp_path, rng):
     gm = nirbridge.nir_to_torch(path, dtype=torch.float64)
     assert gm.n0.dt == pytest.approx(2e-4)
     compare_with_reference(gm, graph, drive(rng, (3,)), 10, 2e-4)
-    assert nirbridge.nir_to_torch(graph, dt=5e-4).n0.dt == pytest.approx(5e-4)
+    with pytest.warns(nirbridge.DtWarning, match="differs from the dt the graph records"):
+        assert nirbridge.nir_to_torch(graph, dt=5e-4).n0.dt == pytest.approx(5e-4)
     graph.metadata = {}
     assert nirbridge.nir_to_torch(graph).n0.dt == pytest.approx(1e-4)
 
@@ -757,3 +758,84 @@ def test_replaced_submodules_are_used(rng):
     assert torch.equal(gm(x)[0], 2 * x)
     gm.add_module("n0", nirbridge.layers.Scale(torch.full((2,), 3.0, dtype=torch.float64)))
     assert torch.equal(gm(x)[0], 3 * x)  # the fast submodule lookup reads _modules live
+
+
+# ----------------------------------------------------------------------------- dt sanity, trainable
+
+
+BRAILLE = EXAMPLES / "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir"
+
+
+def test_a_dt_too_large_for_the_time_constants_warns_with_the_likely_dt():
+    with pytest.warns(nirbridge.DtWarning) as caught:
+        gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-3)  # the paper's file means 1e-4
+    message = str(caught[0].message)
+    assert "at dt = 0.001 s, forward Euler overshoots or blows up" in message
+    assert "'lif1.lif' (CubaLIF): dt/tau_syn = 4.5, dt/tau_mem = 1" in message
+    assert "'lif2' (CubaLIF): dt/tau_syn = 5, dt/tau_mem = 4.5" in message
+    assert "its exporter likely meant dt = 0.0001 s" in message
+    # what the warning is about: the membranes blow up
+    _, state = gm(torch.ones(2, 12))
+    for _ in range(200):
+        _, state = gm(torch.ones(2, 12), state)
+    assert not torch.isfinite(state["nodes"]["lif2"].v).all() or state["nodes"]["lif2"].v.abs().max() > 1e6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nirbridge.nir_to_torch(BRAILLE, dt=1e-4)  # fits: no warning
+
+
+def test_an_assumed_dt_is_said_once_and_a_dt_other_than_the_recorded_one_warns():
+    graph = nirbridge.read(BRAILLE)
+    with pytest.warns(nirbridge.AssumedDtWarning, match=r"records no time step .* dt = 0.0001 s"):
+        gm = nirbridge.nir_to_torch(graph)
+    assert gm.meta["nirbridge"]["dt"] == 1e-4
+    graph.metadata["dt"] = 1e-4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nirbridge.nir_to_torch(graph)
+        nirbridge.nir_to_torch(graph, dt=1e-4)
+    with pytest.warns(
+        nirbridge.DtWarning,
+        match=r"dt=5e-05\) differs from the dt the graph records \(metadata\['dt'\] = 0.0001 s\)",
+    ):
+        nirbridge.nir_to_torch(graph, dt=5e-5)
+    assert issubclass(nirbridge.AssumedDtWarning, nirbridge.DtWarning)
+    # the assumed-dt warning is a category of its own, so it can be filtered alone
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.simplefilter("ignore", nirbridge.AssumedDtWarning)
+        graph.metadata = {}
+        nirbridge.nir_to_torch(graph)
+
+
+def test_trainable_neuron_parameters_train_and_export():
+    graph = nirbridge.read(BRAILLE)
+    gm = nirbridge.nir_to_torch(graph, dt=1e-4, trainable=("tau_mem", "v_threshold"))
+    lif = gm.get_submodule("lif1.lif")
+    names = dict(gm.named_parameters())
+    assert {"lif1.lif.tau_mem", "lif1.lif.v_threshold", "lif2.tau_mem", "lif2.v_threshold"} <= set(names)
+    assert "lif1.lif.tau_syn" not in names and isinstance(lif.tau_syn, torch.Tensor)
+    assert sorted(gm.state_dict()) == sorted(nirbridge.nir_to_torch(graph, dt=1e-4).state_dict())
+    x = (torch.rand(40, 4, 12, generator=torch.Generator().manual_seed(0)) < 0.3).float()
+    optimiser = torch.optim.Adam(
+        [p for n, p in names.items() if "tau_mem" in n or "v_threshold" in n], lr=1e-2
+    )
+    before = {n: p.detach().clone() for n, p in names.items()}
+    loss = nirbridge.run(gm, x).output.mean()
+    loss.backward()
+    assert lif.tau_mem.grad is not None and lif.tau_mem.grad.abs().sum() > 0
+    assert lif.v_threshold.grad is not None and lif.v_threshold.grad.abs().sum() > 0
+    optimiser.step()
+    exported = nirbridge.torch_to_nir(gm)
+    for name in ("tau_mem", "v_threshold"):
+        trained = getattr(lif, name).detach().numpy()
+        assert not np.array_equal(trained, before[f"lif1.lif.{name}"].numpy())
+        np.testing.assert_array_equal(getattr(exported.nodes["lif1.lif"], name), trained)
+    everything = nirbridge.nir_to_torch(graph, dt=1e-4, trainable=True)
+    assert {"lif2.tau_syn", "lif2.w_in", "lif2.r", "lif2.v_leak", "lif2.v_reset"} <= dict(
+        everything.named_parameters()
+    ).keys()
+    with pytest.raises(
+        nirbridge.ParameterError, match=r"no parameter\(s\) \['beta'\]; they have \['r', 'tau_mem'"
+    ):
+        nirbridge.nir_to_torch(graph, dt=1e-4, trainable=("beta",))

@@ -66,6 +66,7 @@ class Neuron(torch.nn.Module):
 
     params: ClassVar[tuple[str, ...]] = ()
     nir_type: ClassVar[type]
+    state_type: ClassVar[type]  # the NamedTuple forward returns as its state
 
     def __init__(self, dt: float, **values: ArrayLike) -> None:
         super().__init__()
@@ -165,6 +166,7 @@ class I(Neuron):  # noqa: E742
 
     params = ("r",)
     nir_type = nir.I
+    state_type = F.IState
 
     def __init__(self, r: ArrayLike = 1.0, *, dt: float = DEFAULT_DT) -> None:
         super().__init__(dt, r=r)
@@ -193,6 +195,7 @@ class LI(Neuron):
 
     params = ("tau", "r", "v_leak")
     nir_type = nir.LI
+    state_type = F.IState
 
     def __init__(
         self, tau: ArrayLike, r: ArrayLike = 1.0, v_leak: ArrayLike = 0.0, *, dt: float = DEFAULT_DT
@@ -224,6 +227,7 @@ class IF(Neuron):
 
     params = ("r", "v_threshold", "v_reset")
     nir_type = nir.IF
+    state_type = F.IState
 
     def __init__(
         self,
@@ -263,6 +267,7 @@ class LIF(Neuron):
 
     params = ("tau", "r", "v_leak", "v_threshold", "v_reset")
     nir_type = nir.LIF
+    state_type = F.IState
 
     def __init__(
         self,
@@ -305,6 +310,7 @@ class CubaLI(Neuron):
 
     params = ("tau_syn", "tau_mem", "r", "v_leak", "w_in")
     nir_type = nir.CubaLI
+    state_type = F.CubaLIState
 
     def __init__(
         self,
@@ -351,6 +357,7 @@ class CubaLIF(Neuron):
 
     params = ("tau_syn", "tau_mem", "r", "v_leak", "v_threshold", "v_reset", "w_in")
     nir_type = nir.CubaLIF
+    state_type = F.CubaLIState
 
     def __init__(
         self,
@@ -410,6 +417,8 @@ class Delay(torch.nn.Module):
         delay: delay per element, in seconds (non-negative).
         dt: time step in seconds.
     """
+
+    state_type = F.DelayState
 
     def __init__(self, delay: ArrayLike, *, dt: float = DEFAULT_DT) -> None:
         super().__init__()

@@ -1,0 +1,136 @@
+"""Call-time checks of a module built by :func:`nirbridge.nir_to_torch`.
+
+Every call ``gm(*inputs, state=...)`` first runs :func:`check_step`, which looks only at
+shapes, dtypes and dictionary keys (never at the data), so a mistake gets an error
+naming the Input node, the state key and the fix instead of a torch error from deep
+inside, or worse, a different answer:
+
+- an input whose feature shape does not fit its Input node's shape, a time-first
+  sequence ``[T, B, ...]`` given to one step, a missing batch axis (:class:`InputError`);
+- bool and integer tensors (spikes) are cast to the module's floating dtype; a float
+  of another precision is an :class:`InputError` (cast it, or build the module with
+  ``dtype=``), as in :func:`nirbridge.run`;
+- a state from another graph or another simulator's import, with misspelled, missing or
+  extra keys, entries of another type, or another batch size (:class:`StateError`; a
+  batch-1 state is broadcast over the input's batch, as torch broadcasts).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .errors import InputError
+from .state import NODES, StateError, unpack_state
+
+__all__ = ["check_keys", "check_step"]
+
+# state types whose first field is batch first, for the batch-size check
+_BATCH_FIRST = frozenset({"IState", "CubaLIState"})
+
+
+def check_keys(
+    nodes: dict[str, Any],
+    delayed: dict[str, Any],
+    expected_nodes: Any,
+    expected_delayed: Any,
+    where: str,
+) -> None:
+    """Raise :class:`StateError` unless a state's node and delayed keys are the expected ones."""
+    problems = []
+    for kind, got, want in (("node", nodes, expected_nodes), ("delayed", delayed, expected_delayed)):
+        got, want = set(got), set(want)
+        unexpected, missing = sorted(map(str, got - want)), sorted(want - got)
+        if unexpected:
+            problems.append(f"unexpected {kind} keys {unexpected}")
+        if missing:
+            problems.append(f"missing {kind} keys {missing}")
+    if problems:
+        raise StateError(
+            f"{where} does not belong to this module ({'; '.join(problems)}); pass the state this "
+            "module returned, or state=None to start afresh"
+        )
+
+
+def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Tensor, spec: tuple) -> tuple:
+    """Check one call's inputs and state; return ``(node_states, delayed, *inputs)``,
+    the inputs cast to ``reference``'s dtype where they are bool or integer.
+
+    ``spec`` is ``(input names, input shapes (None where unknown), stateful node names,
+    their state type names (None where unknown), delayed sources)``, fixed when the
+    module is built.
+    """
+    names, shapes, node_keys, state_types, delayed_keys = spec
+    dtype = reference.dtype
+    batch = None
+    checked = []
+    for name, x, shape in zip(names, inputs, shapes):
+        if not isinstance(x, torch.Tensor):
+            raise InputError(f"input {name!r} is a {type(x).__name__}; pass a tensor [B, ...]")
+        if shape is not None and x.shape[1:] != shape:
+            raise InputError(_shape_problem(name, tuple(x.shape), shape))
+        if not x.is_floating_point():
+            if x.is_complex():
+                raise InputError(f"input {name!r} is complex ({x.dtype}); pass real values")
+            x = x.to(dtype)
+        elif x.dtype != dtype:
+            raise InputError(
+                f"input {name!r} is {x.dtype} but the module computes in {dtype}; pass x.to({dtype}) "
+                f"or build the module with nir_to_torch(..., dtype={x.dtype})"
+            )
+        if batch is None:
+            batch = x.shape[0]
+        elif x.shape[0] != batch:
+            raise InputError(f"inputs disagree on the batch size: {x.shape[0]} for {name!r}, {batch} before")
+        checked.append(x)
+    if state is None:
+        return {}, {}, *checked
+    nodes, delayed = unpack_state(state)
+    if len(nodes) != len(node_keys) or len(delayed) != len(delayed_keys):
+        check_keys(nodes, delayed, node_keys, delayed_keys, "state")
+    state_batch = None
+    wrong = []
+    for key, kind in zip(node_keys, state_types):
+        entry = nodes.get(key, _MISSING)
+        if entry is _MISSING:
+            check_keys(nodes, delayed, node_keys, delayed_keys, "state")
+        if kind is not None and type(entry).__name__ != kind:
+            wrong.append(f"{key!r} holds a {type(entry).__name__}, this module's a {kind}")
+        elif state_batch is None and kind in _BATCH_FIRST:
+            state_batch = entry[0].shape[0]
+    if wrong:
+        raise StateError(
+            f"state[{NODES!r}] entries of another type: {'; '.join(wrong)}. The state comes from "
+            "another module (another simulator's import of the graph?); pass the state this module "
+            "returned, or state=None to start afresh"
+        )
+    for key in delayed_keys:
+        value = delayed.get(key, _MISSING)
+        if value is _MISSING:
+            check_keys(nodes, delayed, node_keys, delayed_keys, "state")
+        if state_batch is None and isinstance(value, torch.Tensor):
+            state_batch = value.shape[0]
+    if batch is not None and state_batch is not None and state_batch not in (batch, 1):
+        raise StateError(
+            f"the state holds a batch of {state_batch} but the input a batch of {batch}; keep the "
+            "batch size within a sequence (a batch-1 state is broadcast over any batch), or pass "
+            "state=None to start a new one"
+        )
+    return nodes, delayed, *checked
+
+
+_MISSING = object()
+
+
+def _shape_problem(name: str, got: tuple[int, ...], shape: tuple[int, ...]) -> str:
+    wanted = ", ".join(map(str, shape))
+    message = f"input {name!r} has shape {list(got)}, but Input node {name!r} takes [B, {wanted}]"
+    if got[2:] == shape:
+        return (
+            f"{message}. It looks like a sequence [T, B, {wanted}]: a module call computes one time "
+            f"step; loop over time (for x_t in x: out, state = gm(x_t, state)) or use nirbridge.run(gm, x)"
+        )
+    if got == shape:
+        return f"{message}. It looks like one sample without its batch axis: pass x.unsqueeze(0)"
+    return f"{message} (batch first, then the features the graph was built for)"

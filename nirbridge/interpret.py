@@ -188,6 +188,8 @@ def _time_step(graph: nir.NIRNode, dt: Any) -> float:
         return dt
     if recorded is not None:
         return check_dt(recorded, "graph.metadata['dt']")
+    if not _uses_dt(graph):
+        return DEFAULT_DT  # stateless layers compute the same at every dt
     warnings.warn(
         f"the graph records no time step (metadata['dt']), so it runs at dt = {DEFAULT_DT:g} s, "
         "the NIR paper's and snntorch's; pass nir_to_torch(..., dt=...) to choose (this warning "
@@ -196,6 +198,28 @@ def _time_step(graph: nir.NIRNode, dt: Any) -> float:
         stacklevel=3,
     )
     return DEFAULT_DT
+
+
+_TIMELESS = (  # NIR primitives that compute the same at every dt
+    nir.Input,
+    nir.Output,
+    nir.Affine,
+    nir.Linear,
+    nir.Scale,
+    nir.Conv1d,
+    nir.Conv2d,
+    nir.AvgPool2d,
+    nir.SumPool2d,
+    nir.Flatten,
+    nir.Threshold,
+)
+
+
+def _uses_dt(node: nir.NIRNode) -> bool:
+    """Whether a node (or a node of a graph, nested ones included) may depend on dt."""
+    if isinstance(node, nir.NIRGraph):
+        return any(_uses_dt(child) for child in node.nodes.values())
+    return not isinstance(node, _TIMELESS)
 
 
 _TIME_CONSTANTS = {  # neuron type: (time constant, the factor an exporter scales by dt)

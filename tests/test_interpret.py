@@ -839,3 +839,18 @@ def test_trainable_neuron_parameters_train_and_export():
         nirbridge.ParameterError, match=r"no parameter\(s\) \['beta'\]; they have \['r', 'tau_mem'"
     ):
         nirbridge.nir_to_torch(graph, dt=1e-4, trainable=("beta",))
+
+
+def test_a_graph_of_stateless_layers_needs_no_dt():
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "fc": nir.Linear(np.eye(3)),
+            "output": nir.Output(np.array([3])),
+        },
+        edges=[("input", "fc"), ("fc", "output")],
+        type_check=False,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nirbridge.nir_to_torch(graph)

@@ -74,7 +74,7 @@ def bench_build(sizes: list[int], quick: bool) -> None:
     for pairs in sizes:
         graph = affine_lif_chain(pairs, width=8)
         n_nodes = len(graph.nodes)
-        ours = best_of(lambda g=graph: nirbridge.nir_to_torch(g), 3)
+        ours = best_of(lambda g=graph: nirbridge.nir_to_torch(g, dt=1e-4), 3)
         if quick and n_nodes > 1000:
             print(f"{n_nodes:>7} {ours:>10.3f} {'skipped':>10} {'':>8}")
             continue

@@ -178,10 +178,11 @@ def _time_step(graph: nir.NIRNode, dt: Any) -> float:
     recorded = metadata.get("dt") if isinstance(metadata, Mapping) else None
     if dt is not None:
         dt = check_dt(dt, "nir_to_torch(dt=...)")
-        if recorded is not None and not math.isclose(check_dt(recorded, "graph.metadata['dt']"), dt):
+        stored = _valid_dt(recorded)
+        if stored is not None and not math.isclose(stored, dt):
             warnings.warn(
                 f"nir_to_torch(dt={dt:g}) differs from the dt the graph records "
-                f"(metadata['dt'] = {float(recorded):g} s); the graph runs at dt = {dt:g} s",
+                f"(metadata['dt'] = {stored:g} s); the graph runs at dt = {dt:g} s",
                 DtWarning,
                 stacklevel=3,
             )
@@ -198,6 +199,14 @@ def _time_step(graph: nir.NIRNode, dt: Any) -> float:
         stacklevel=3,
     )
     return DEFAULT_DT
+
+
+def _valid_dt(value: Any) -> float | None:
+    """A recorded dt as seconds, or None where it is absent or unusable."""
+    try:
+        return check_dt(value) if value is not None else None
+    except ParameterError:
+        return None
 
 
 _TIMELESS = (  # NIR primitives that compute the same at every dt

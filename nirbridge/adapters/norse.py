@@ -17,6 +17,18 @@ norse           NIR
                 NIR's at 0, so a non-zero v_reset warns
 ==============  =====================================================================
 
+``LIFRecurrentCell`` adds ``input_weights·x + recurrent_weights·z`` to the synaptic
+current, ``z`` being its spikes of the step before; it exports as a subgraph
+``input → input_weights → lif ⇄ recurrent_weights → output`` (both weights Linear, the
+neuron ``LIFCell``'s CubaLIF), whose edge back NIR delays by one step: exact.
+``LILinearCell`` is ``input → input_weights → li → output`` (``LICell``'s CubaLI). The
+sequence modules ``LIF``, ``LI``, ``IAF`` and ``LIFRecurrent``, which loop over a
+time-first input ``[T, B, ...]`` inside, export as their cell's node (one step), with a
+note under :data:`SEQUENCE_NOTE` in its metadata. The norse neurons NIR has no primitive
+for (:data:`NO_NIR_FORM`: LSNN, AdEx, Ex, Izhikevich, refractory, multi-compartment,
+conductance-based) are named, each with the reason, in one
+:class:`nirbridge.UnsupportedModuleError`.
+
 :func:`to_nir` traces a norse model (``SequentialState`` or a module calling cells as
 ``out, s = cell(x, s)``) with :func:`nirbridge.torch_to_nir`; the graph's dt is the
 cells' (they must agree). :func:`from_nir` builds a module whose neurons are norse cells
@@ -29,20 +41,31 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import nir
+import numpy as np
 import torch
 from torch import nn
 
-from ..errors import LossyConversionWarning
+from .. import trace
+from ..errors import LossyConversionWarning, NirBridgeError, NodeConversionError, UnsupportedModuleError
 from ._common import SimulatorNeuron, broadcast, build, export
 from ._optional import require
 
 nt = require("norse.torch", "norse")
 threshold = require("norse.torch.functional.threshold", "norse").threshold
 
-__all__ = ["FROM_NIR", "TO_NIR", "NorseNeuron", "from_nir", "to_nir"]
+__all__ = [
+    "FROM_NIR",
+    "NO_NIR_FORM",
+    "SEQUENCE_NOTE",
+    "TO_NIR",
+    "NoNirForm",
+    "NorseNeuron",
+    "from_nir",
+    "to_nir",
+]
 
 
 def _inverse(value: Any) -> torch.Tensor:
@@ -99,6 +122,142 @@ def iaf_to_nir(cell: Any) -> nir.IF:
             stacklevel=2,
         )
     return nir.IF(**broadcast(r=1.0 / cell.dt, v_threshold=p.v_th, v_reset=p.v_reset))
+
+
+# norse's recurrent cells and LILinearCell weigh their input inside the step function:
+# lif_step adds ``input_weights·x + recurrent_weights·z`` to the synaptic current, where
+# ``z`` is the spike output of the step before (kept in the state, zero at the start),
+# and then steps exactly as lif_feed_forward_step does with that sum as its input. So a
+# recurrent cell is its feed-forward cell behind a Linear, with a Linear on the edge
+# back, which NIR delays by one step: input → input_weights → lif ⇄ recurrent_weights.
+
+
+def _weight(value: Any) -> np.ndarray:
+    return torch.as_tensor(value).detach().to(torch.float64).cpu().numpy().copy()
+
+
+def _weighted(
+    neuron: nir.NIRNode, name: str, input_weights: Any, recurrent_weights: Any = None
+) -> nir.NIRGraph:
+    """``input → input_weights → neuron → output``, with ``neuron ⇄ recurrent_weights``
+    when given (the edge back is the one NIR delays: it closes the cycle)."""
+    w_in = _weight(input_weights)
+    hidden, inputs = w_in.shape
+    nodes: dict[str, nir.NIRNode] = {
+        "input": nir.Input(np.array([inputs])),
+        "input_weights": nir.Linear(weight=w_in),
+        name: neuron,
+    }
+    edges = [("input", "input_weights"), ("input_weights", name)]
+    if recurrent_weights is not None:
+        nodes["recurrent_weights"] = nir.Linear(weight=_weight(recurrent_weights))
+        edges += [(name, "recurrent_weights"), ("recurrent_weights", name)]
+    nodes["output"] = nir.Output(np.array([hidden]))
+    edges.append((name, "output"))
+    return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
+
+
+def lif_recurrent_to_nir(cell: Any) -> nir.NIRGraph:
+    """``LIFRecurrentCell`` as input → input_weights → CubaLIF ⇄ recurrent_weights → output.
+
+    The weights are exported as they are: with ``autapses=False`` norse zeroes the
+    diagonal of ``recurrent_weights`` when the cell is built (and masks its gradient),
+    so the exported matrix has the zero diagonal and runs exactly as the cell does."""
+    return _weighted(lif_to_nir(cell), "lif", cell.input_weights, cell.recurrent_weights)
+
+
+def li_linear_to_nir(cell: Any) -> nir.NIRGraph:
+    """``LILinearCell`` as input → input_weights → CubaLI → output."""
+    return _weighted(li_to_nir(cell), "li", cell.input_weights)
+
+
+# norse's sequence modules loop the cell's step function over a time-first input
+# [T, B, ...] inside forward; NIR graphs are one step, and every runner (nirbridge.run,
+# a chip) supplies the loop. Their node is their cell's, with a note in its metadata.
+
+SEQUENCE_NOTE = "nirbridge.norse"
+"""The metadata key of the note on nodes exported from norse's sequence modules."""
+
+
+def _sequence(node: Any, module: Any) -> Any:
+    name = type(module).__name__
+    node.metadata = {
+        **(node.metadata or {}),
+        SEQUENCE_NOTE: (
+            f"norse.torch.{name} (a sequence module: time-first input [T, B, ...], looped "
+            "inside) exported as one step of it; feed the graph one step at a time, as "
+            "nirbridge.run does"
+        ),
+    }
+    return node
+
+
+def lif_sequence_to_nir(module: Any) -> nir.CubaLIF:
+    """``LIF`` (sequence module) as one step: ``LIFCell``'s CubaLIF."""
+    return _sequence(lif_to_nir(module), module)
+
+
+def li_sequence_to_nir(module: Any) -> nir.CubaLI:
+    """``LI`` (sequence module) as one step: ``LICell``'s CubaLI."""
+    return _sequence(li_to_nir(module), module)
+
+
+def iaf_sequence_to_nir(module: Any) -> nir.IF:
+    """``IAF`` (sequence module) as one step: ``IAFCell``'s IF."""
+    return _sequence(iaf_to_nir(module), module)
+
+
+def lif_recurrent_sequence_to_nir(module: Any) -> nir.NIRGraph:
+    """``LIFRecurrent`` (sequence module) as one step: ``LIFRecurrentCell``'s subgraph."""
+    return _sequence(lif_recurrent_to_nir(module), module)
+
+
+# norse neurons NIR has no primitive for. Their map value keeps them whole (the tracer
+# would otherwise trace into norse's step functions and report what it finds there),
+# and to_nir reports them all, with the reason, in one UnsupportedModuleError.
+
+_ADEX = "its exponential spike initiation and adaptation current have no NIR primitive"
+_EX = "its exponential spike initiation has no NIR primitive"
+_IZHIKEVICH = "its quadratic membrane and recovery variable u have no NIR primitive"
+_LSNN = "its adaptive threshold (b) has no NIR primitive"
+_REFRAC = "its refractory period (rho) has no NIR primitive"
+_ADEX_REFRAC = (
+    "its exponential spike initiation, adaptation current and refractory period (rho) have no NIR primitive"
+)
+_MC = "its compartment coupling (g_coupling·v) acts on the membrane, which NIR cannot express"
+
+NO_NIR_FORM: dict[Any, str] = {
+    nt.LSNNCell: _LSNN,
+    nt.LSNNRecurrentCell: _LSNN,
+    nt.LSNN: _LSNN,
+    nt.LSNNRecurrent: _LSNN,
+    nt.LIFAdExCell: _ADEX,
+    nt.LIFAdExRecurrentCell: _ADEX,
+    nt.LIFAdEx: _ADEX,
+    nt.LIFAdExRecurrent: _ADEX,
+    nt.LIFExCell: _EX,
+    nt.LIFExRecurrentCell: _EX,
+    nt.LIFEx: _EX,
+    nt.LIFExRecurrent: _EX,
+    nt.IzhikevichCell: _IZHIKEVICH,
+    nt.IzhikevichRecurrentCell: _IZHIKEVICH,
+    nt.Izhikevich: _IZHIKEVICH,
+    nt.IzhikevichRecurrent: _IZHIKEVICH,
+    nt.LIFRefracCell: _REFRAC,
+    nt.LIFRefracRecurrentCell: _REFRAC,
+    nt.LIFRefracRecurrent: _REFRAC,
+    nt.LIFAdExRefracCell: _ADEX_REFRAC,
+    nt.LIFAdExRefracRecurrentCell: _ADEX_REFRAC,
+    nt.LIFAdExRefracRecurrent: _ADEX_REFRAC,
+    nt.LIFMCRecurrentCell: _MC,
+    nt.LIFMCRefracRecurrentCell: f"{_MC}, and {_REFRAC}",
+    nt.CobaLIFCell: "its conductance-based synapses (reversal potentials) have no NIR primitive",
+    nt.LIFCorrelation: (
+        "it takes its weights as forward arguments and keeps correlation traces for "
+        "plasticity, which NIR cannot express"
+    ),
+}
+"""norse 1.1 modules with no NIR form, and why; :func:`to_nir` names each one it meets."""
 
 
 def _uniform_as_scalar(value: torch.Tensor) -> torch.Tensor:
@@ -271,14 +430,44 @@ def _neuron_from_nir(node: nir.NIRNode, dt: float) -> NorseNeuron:
     return NorseNeuron(node, dt)
 
 
+class _NoNirFormError(NirBridgeError, ValueError):
+    """Raised by the map value of a norse module with no NIR form."""
+
+
+class NoNirForm:
+    """:data:`TO_NIR`'s value for a norse module with no NIR form (:data:`NO_NIR_FORM`).
+
+    As a map value it makes the tracer keep the module whole instead of tracing into
+    norse's step function; called as a converter it raises, saying why. :func:`to_nir`
+    turns that into one :class:`nirbridge.UnsupportedModuleError` naming every such
+    module of the model, with its reason, beside any other unsupported module."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __call__(self, module: Any) -> NoReturn:
+        raise _NoNirFormError(f"{type(module).__name__}: {self.reason}")
+
+    def __repr__(self) -> str:
+        return f"NoNirForm({self.reason!r})"
+
+
 TO_NIR: dict[Any, Any] = {
     nt.LIFBoxCell: lifbox_to_nir,
     nt.LIFCell: lif_to_nir,
     nt.LIBoxCell: libox_to_nir,
     nt.LICell: li_to_nir,
     nt.IAFCell: iaf_to_nir,
+    nt.LIFRecurrentCell: lif_recurrent_to_nir,
+    nt.LILinearCell: li_linear_to_nir,
+    nt.LIF: lif_sequence_to_nir,
+    nt.LI: li_sequence_to_nir,
+    nt.IAF: iaf_sequence_to_nir,
+    nt.LIFRecurrent: lif_recurrent_sequence_to_nir,
+    **{kind: NoNirForm(reason) for kind, reason in NO_NIR_FORM.items()},
 }
-"""norse modules → NIR nodes; merged over :data:`nirbridge.trace.DEFAULT_MAP`."""
+"""norse modules → NIR nodes; merged over :data:`nirbridge.trace.DEFAULT_MAP`. The
+modules of :data:`NO_NIR_FORM` map to :class:`NoNirForm`, which reports them."""
 
 FROM_NIR: dict[type, Callable[..., nn.Module]] = {
     nir.LIF: _neuron_from_nir,
@@ -310,8 +499,45 @@ def to_nir(
             (``None`` as a value leaves that module type out).
         skip: module types to leave out, their input connected to their consumers
             (``skip=(nn.Dropout,)``), as for :func:`nirbridge.torch_to_nir`.
+
+    Raises:
+        UnsupportedModuleError: naming every module the maps lack and every norse
+            module with no NIR form (:data:`NO_NIR_FORM`, with the reason), with where
+            each occurs.
     """
-    return export(module, TO_NIR, module_map, example_input, dt, None, skip)
+    try:
+        return export(module, TO_NIR, module_map, example_input, dt, None, skip)
+    except (UnsupportedModuleError, NodeConversionError) as error:
+        if isinstance(error, NodeConversionError) and not isinstance(error.__cause__, _NoNirFormError):
+            raise
+        merged = trace.merge_maps({**TO_NIR, **(module_map or {})}, skip=skip)
+        no_form = _no_nir_form_offenders(module, merged)
+        if not no_form and isinstance(error, NodeConversionError):
+            raise
+        # the tracer reports what the maps lack; the norse modules with no NIR form are
+        # converters that raise at the first one: report them all, with the others, and
+        # leave them out of the list of supported modules
+        others = error.offenders if isinstance(error, UnsupportedModuleError) else {}
+        supported = {k: v for k, v in merged.items() if not isinstance(v, NoNirForm)}
+        raise trace._unsupported({**others, **no_form}, supported) from None
+
+
+def _no_nir_form_offenders(module: nn.Module, the_map: Mapping[Any, Any]) -> dict[str, list[str]]:
+    """``{"module <type> (<reason>)": [paths]}`` for the modules the tracer would reach
+    (it does not look inside mapped modules) whose map value is :class:`NoNirForm`."""
+    found: dict[str, list[str]] = {}
+
+    def visit(sub: nn.Module, path: str) -> None:
+        handler = trace._lookup_module(the_map, sub)
+        if isinstance(handler, NoNirForm):
+            kind = f"module {trace._key_name(type(sub))} ({handler.reason})"
+            found.setdefault(kind, []).append(repr(path) if path else "the model itself")
+        elif handler is None:
+            for name, child in sub.named_children():
+                visit(child, f"{path}.{name}" if path else name)
+
+    visit(module, "")
+    return found
 
 
 def from_nir(

@@ -179,7 +179,7 @@ def _time_step(graph: nir.NIRNode, dt: Any) -> float:
     if dt is not None:
         dt = check_dt(dt, "nir_to_torch(dt=...)")
         stored = _valid_dt(recorded)
-        if stored is not None and not math.isclose(stored, dt):
+        if stored is not None and not math.isclose(stored, dt) and _uses_dt(graph):
             warnings.warn(
                 f"nir_to_torch(dt={dt:g}) differs from the dt the graph records "
                 f"(metadata['dt'] = {stored:g} s); the graph runs at dt = {dt:g} s",

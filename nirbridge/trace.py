@@ -13,6 +13,9 @@ Stateful leaves (a ``forward`` with a ``state`` parameter, and modules built by
 drops the state. A model whose ``forward`` has a ``state`` parameter is traced with
 ``state=None`` and must return ``(output, state)``.
 
+A ``forward`` that loops over time steps itself (snntorch's tutorial style) is reported
+as that, with the one-step ``forward`` to write: a NIR graph is one step of a recurrence.
+
 Shapes (batch axis excluded) come from ``example_input`` when given, otherwise from the
 weights of the layers an Input feeds; they are propagated through the graph with
 :func:`nirbridge.graph.infer_shapes` and written into every node's ``input_type`` and
@@ -27,6 +30,7 @@ import copy
 import dataclasses
 import dis
 import functools
+import importlib
 import inspect
 import math
 import operator
@@ -115,9 +119,10 @@ def graph_module_to_nir(module: fx.GraphModule, *, module_map: ModuleMap | None 
             "NIR graph; trace its parent instead, or map its type with module_map"
         )
     the_map = DEFAULT_MAP if module_map is None else module_map
-    offenders = _graph_module_offenders(module, the_map, "")
+    found_neurons: dict[str, type] = {}
+    offenders = _graph_module_offenders(module, the_map, "", found_neurons)
     if offenders:
-        raise _unsupported(offenders, the_map)
+        raise _unsupported(offenders, the_map, found_neurons)
     nodes: dict[str, nir.NIRNode] = {}
     for name in meta["order"]:
         if name in meta["io"]:
@@ -424,7 +429,11 @@ def _is_stateful(module: nn.Module) -> bool:
     return _nir_meta(module) is not None or forward_takes_state(type(module))
 
 
-def _graph_module_offenders(module: fx.GraphModule, the_map: ModuleMap, prefix: str) -> dict[str, list[str]]:
+def _graph_module_offenders(
+    module: fx.GraphModule, the_map: ModuleMap, prefix: str, found_neurons: dict[str, type] | None = None
+) -> dict[str, list[str]]:
+    """The submodules of an imported graph that the map lacks, by kind; the neurons
+    among them go into ``found_neurons`` as well (kind: type)."""
     meta = _nir_meta(module)
     offenders: dict[str, list[str]] = {}
     if meta is None:
@@ -434,34 +443,167 @@ def _graph_module_offenders(module: fx.GraphModule, the_map: ModuleMap, prefix: 
         handler = _lookup_module(the_map, sub)
         where = f"{prefix}{name}"
         if handler is None or isinstance(handler, _Marker):
-            offenders.setdefault(f"module {_key_name(type(sub))}", []).append(repr(where))
+            kind = f"module {_key_name(type(sub))}"
+            offenders.setdefault(kind, []).append(repr(where))
+            if found_neurons is not None and _is_neuron(sub):
+                found_neurons.setdefault(kind, type(sub))
         elif _nir_meta(sub) is not None:
-            for kind, places in _graph_module_offenders(sub, the_map, f"{where}.").items():
+            for kind, places in _graph_module_offenders(sub, the_map, f"{where}.", found_neurons).items():
                 offenders.setdefault(kind, []).extend(places)
     return offenders
 
 
-def _unsupported(offenders: dict[str, list[str]], the_map: ModuleMap) -> UnsupportedModuleError:
+def _unsupported(
+    offenders: dict[str, list[str]], the_map: ModuleMap, found_neurons: Mapping[str, type] | None = None
+) -> UnsupportedModuleError:
+    """The error for everything the map lacks. ``found_neurons`` (offender kind: module
+    type) are the neurons among them, found from the kinds' names when not given; they
+    are never told to use ``skip=``."""
     modules = sorted(_key_name(k) for k, v in the_map.items() if isinstance(k, type) and v is not BRIDGE)
     functions = sorted(_key_name(k) for k, v in the_map.items() if not isinstance(k, type))
     bridged = sorted(_key_name(k) for k, v in the_map.items() if isinstance(k, type) and v is BRIDGE)
     supported = [*modules, *functions] + ([f"left out: {', '.join(bridged)}"] if bridged else [])
-    modules_first = [k for k in offenders if k.startswith("module ")]
-    if modules_first:
-        example = modules_first[0].split(" ", 2)[1]
+    if found_neurons is None:
+        named = {k: _named_type(k.split(" ", 2)[1]) for k in offenders if k.startswith("module ")}
+        found_neurons = {k: t for k, t in named.items() if t is not None and _neuron_type(t)}
+    found_neurons = {k: t for k, t in found_neurons.items() if k in offenders}
+    layers_first = [k for k in offenders if k.startswith("module ") and k not in found_neurons]
+    fixes = []
+    if layers_first:
+        example = layers_first[0].split(" ", 2)[1]
         example = f"nn.{example}" if "." not in example else example
-        fix = (
+        fixes.append(
             f"convert each with module_map={{{example}: fn}}, where fn(module) returns a "
             f"nir.NIRNode, or leave out modules that do not change the output with skip=({example},)"
         )
-    else:
+    if found_neurons:
+        fixes.append(_neuron_fix(list(dict.fromkeys(found_neurons.values())), the_map))
+    if not fixes:
         example = next(iter(offenders)).split(" ", 2)[1]
-        fix = (
+        fixes.append(
             f"map the function to a NIR node with module_map={{{example}: fn}}, where "
             "fn(*args, **kwargs) gets the call's arguments and returns a nir.NIRNode; or map "
             "the module that calls it (named in parentheses) to one NIR node"
         )
-    return UnsupportedModuleError(offenders, supported, fix)
+    return UnsupportedModuleError(offenders, supported, ". ".join(fixes))
+
+
+def _named_type(name: str) -> type | None:
+    """The class :func:`_key_name` wrote as ``name``, among the modules already imported."""
+    module, _, qualname = name.rpartition(".")
+    while module:
+        found: Any = sys.modules.get(module)
+        for part in qualname.split("."):
+            found = getattr(found, part, None)
+        if isinstance(found, type):
+            return found
+        module, _, head = module.rpartition(".")
+        qualname = f"{head}.{qualname}"
+    return None
+
+
+def _neuron_type(kind: type) -> bool:
+    """A module type that carries state from one time step to the next: an snntorch
+    neuron, or a ``forward`` with a ``state`` parameter (norse's cells, nirbridge's)."""
+    if issubclass(kind, fx.GraphModule):
+        return False  # what nir_to_torch builds is a graph, not a neuron
+    spiking = getattr(sys.modules.get("snntorch"), "SpikingNeuron", None)
+    return (isinstance(spiking, type) and issubclass(kind, spiking)) or forward_takes_state(kind)
+
+
+def _is_neuron(module: nn.Module, stateful: Callable[[nn.Module], bool] | None = None) -> bool:
+    """A neuron (:func:`_neuron_type`), or a module ``stateful`` says returns ``(output,
+    state)``; modules built by :func:`nirbridge.nir_to_torch` are graphs, not neurons."""
+    if _nir_meta(module) is not None:
+        return False
+    return _neuron_type(type(module)) or (stateful is not None and bool(stateful(module)))
+
+
+def _public_name(kind: type) -> str:
+    """A class as its users write it: ``nn.Dropout``, ``snntorch.Alpha``,
+    ``norse.torch.LSNNCell``; else its full name."""
+    if kind.__module__.startswith("torch.nn") and getattr(nn, kind.__name__, None) is kind:
+        return f"nn.{kind.__name__}"
+    top = kind.__module__.split(".")[0]
+    for namespace in (top, f"{top}.torch"):
+        if getattr(sys.modules.get(namespace), kind.__name__, None) is kind:
+            return f"{namespace}.{kind.__name__}"
+    return _key_name(kind)
+
+
+_ADAPTERS = {"snntorch": "nirbridge.adapters.snntorch", "norse": "nirbridge.adapters.norse"}
+
+
+def _adapter(kind: type) -> Any:
+    """The nirbridge adapter module for a simulator's module type (snntorch, norse), or
+    ``None``. The simulator is already imported when one of its modules exists."""
+    name = _ADAPTERS.get(kind.__module__.split(".")[0])
+    if name is None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return importlib.import_module(name)
+    except (ImportError, NirBridgeError):  # no adapter to suggest after all
+        return None
+
+
+def _lookup_type(the_map: ModuleMap, kind: type) -> Any:
+    """:func:`_lookup_module` for a type."""
+    for cls in kind.__mro__:
+        if cls in the_map:
+            same = cls is kind or getattr(kind, "forward", None) is getattr(cls, "forward", None)
+            return the_map[cls] if same else None
+    return None
+
+
+def _join(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _neuron_fix(kinds: Sequence[type], the_map: ModuleMap) -> str:
+    """What to do about neuron types the map lacks: a converter to a NIR neuron node, or
+    the simulator's adapter when the user called plain torch_to_nir; never ``skip=``,
+    which would drop the neuron's dynamics."""
+    names = list(dict.fromkeys(_public_name(k) for k in kinds))
+    one = len(names) == 1
+    text = (
+        f"{_join(names)} {'is a neuron' if one else 'are neurons'} (stateful: "
+        f"{'it carries' if one else 'they carry'} state from one time step to the next) with no "
+        f"NIR converter in this map; convert {'it' if one else 'each'} with "
+        f"module_map={{{names[0]}: fn}}, where fn(module) returns the NIR neuron node it "
+        "computes (nir.LIF, nir.CubaLIF, nir.LI, nir.IF, ...) with its parameters"
+    )
+    by_adapter: dict[Any, list[type]] = {}
+    for kind in kinds:
+        adapter = _adapter(kind)
+        if adapter is not None and isinstance(getattr(adapter, "TO_NIR", None), Mapping):
+            by_adapter.setdefault(adapter, []).append(kind)
+    for adapter, members in by_adapter.items():
+        to_nir, no_form = adapter.TO_NIR, getattr(adapter, "NO_NIR_FORM", {})
+        name = adapter.__name__
+        simulator = name.rsplit(".", 1)[1]
+        if any(key in the_map for key in to_nir):
+            continue  # the adapter's own map is in use: nothing more it can do
+        covered = [
+            k for k in members if _lookup_type(to_nir, k) is not None and _lookup_type(no_form, k) is None
+        ]
+        if covered:
+            text += (
+                f". {simulator} models export with {name}.to_nir(model), which converts "
+                f"{_join([_public_name(k) for k in covered])}; torch_to_nir's default map has no "
+                f"{simulator} neurons"
+            )
+        for kind in members:
+            if kind in covered:
+                continue
+            reason = _lookup_type(no_form, kind)
+            text += (
+                f" ({_public_name(kind)} has no NIR form: {reason})"
+                if isinstance(reason, str)
+                else f" ({name}.to_nir has no converter for {_public_name(kind)} either)"
+            )
+    return text
 
 
 # ----------------------------------------------------------------------------- tracing
@@ -497,30 +639,67 @@ def _is_torch_layer(module: nn.Module) -> bool:
     )
 
 
-class _Tracer(fx.Tracer):
-    """An fx tracer whose leaves are the mapped module types and torch's built-in
-    layers. Other modules are traced through; one whose ``forward`` cannot be traced
-    becomes a leaf too (reported as unsupported, with the reason), so that every
-    problem is found in one pass. Records where each call happens."""
+@dataclasses.dataclass(eq=False)
+class _Call:
+    """One call of a submodule while tracing: the fx nodes of its first argument, of its
+    other arguments (where a neuron's state goes) and of its result."""
 
-    def __init__(self, the_map: ModuleMap) -> None:
+    path: str
+    order: int
+    inputs: list[fx.Node]
+    state_inputs: list[fx.Node]
+    outputs: list[fx.Node]
+    result: Any
+
+
+def _fx_nodes(value: Any) -> list[fx.Node]:
+    """The fx nodes in a value made of proxies, tuples, lists and dicts."""
+    found: list[fx.Node] = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, fx.Proxy):
+            found.append(v.node)
+        elif isinstance(v, fx.Node):
+            found.append(v)
+        elif isinstance(v, (tuple, list)):
+            stack.extend(reversed(v))
+        elif isinstance(v, dict):
+            stack.extend(reversed(list(v.values())))
+    return found
+
+
+class _Tracer(fx.Tracer):
+    """An fx tracer whose leaves are the mapped module types, torch's built-in layers and
+    neurons without submodules. Other modules are traced through; one whose ``forward``
+    cannot be traced becomes a leaf too (reported as unsupported, with fx's reason), so
+    that every problem is found in one pass. Records where each call happens, and every
+    submodule call's arguments and result (``calls``, for :func:`_time_loop`)."""
+
+    def __init__(self, the_map: ModuleMap, stateful: Callable[[nn.Module], bool] | None = None) -> None:
         super().__init__()
         self.the_map = the_map
+        self.stateful = stateful
         self.untraceable: dict[str, str] = {}  # module path -> why fx failed
+        self.calls: list[_Call] = []  # every submodule call, for _time_loop
+        self._order = 0
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if _lookup_module(self.the_map, m) is not None or module_qualified_name in self.untraceable:
             return True
-        return _is_torch_layer(m)
+        # a neuron the map lacks is reported as itself, not as the arithmetic inside it
+        return _is_torch_layer(m) or (_is_neuron(m, self.stateful) and next(m.children(), None) is None)
 
     def call_module(self, m: nn.Module, forward: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         path = self.path_of_module(m)
+        order, self._order = self._order, self._order + 1
         if self.is_leaf_module(m, path):
-            return super().call_module(m, forward, args, kwargs)
+            return self._record(path, args, kwargs, super().call_module(m, forward, args, kwargs), order)
         last = next(iter(reversed(self.graph.nodes)))
         depth = len(self.module_stack)
+        recorded = len(self.calls)
         try:
-            return super().call_module(m, forward, args, kwargs)
+            return self._record(path, args, kwargs, super().call_module(m, forward, args, kwargs), order)
         except Exception as error:
             if not path:
                 raise
@@ -528,9 +707,18 @@ class _Tracer(fx.Tracer):
                 self.graph.erase_node(node)  # undo the partial trace of this forward
             while len(self.module_stack) > depth:  # fx leaves failed calls on its stack
                 self.module_stack.popitem()
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            self.untraceable[path] = f"{type(error).__name__}: {reason}"[:160]
-            return super().call_module(m, forward, args, kwargs)  # now a leaf
+            del self.calls[recorded:]  # and the calls made inside it
+            reason = str(error).strip()  # fx's whole message: its hints are on later lines
+            self.untraceable[path] = f"{type(error).__name__}: {reason}" if reason else type(error).__name__
+            return self._record(path, args, kwargs, super().call_module(m, forward, args, kwargs), order)
+
+    def _record(self, path: str, args: Any, kwargs: Any, result: Any, order: int) -> Any:
+        if path:
+            first, rest = (args[0], args[1:]) if args else (None, ())
+            self.calls.append(
+                _Call(path, order, _fx_nodes(first), _fx_nodes((rest, kwargs)), _fx_nodes(result), result)
+            )
+        return result
 
     def proxy(self, node: fx.Node) -> fx.Proxy:
         return _Proxy(node, self)
@@ -561,6 +749,268 @@ def _user_location() -> tuple[str, int]:
             return filename, frame.f_lineno
         frame = frame.f_back
     return "", 0
+
+
+# ----------------------------------------------------------------------------- time loops
+
+_LOOP_SIGNS = (
+    "cannot be interpreted as an integer",  # range(x.shape[0])
+    "Proxy object cannot be iterated",  # for x_t in x
+    "'len' is not supported",  # range(len(x))
+)
+
+_ONE_STEP = (
+    "a NIR graph is one time step of a recurrence (each neuron keeps its state from one step "
+    "to the next), and the time loop belongs to whoever runs the graph. Write a forward that "
+    "computes one step, `def forward(self, x, state=None): ...` returning (output, state), or "
+    "export the layers directly, e.g. torch_to_nir(nn.Sequential(model.fc1, model.lif1)); then "
+    "run the exported graph over time with nirbridge.run(graph, x), x time first."
+)
+
+_STACKS = tuple(
+    getattr(torch, name)
+    for name in ("stack", "cat", "concat", "concatenate", "hstack", "vstack")
+    if hasattr(torch, name)
+)
+"""Functions that put the outputs of several time steps together."""
+
+_MANY = 10
+"""A neuron called this many times in one forward is stepped over time, whatever else."""
+
+
+def _time_loop(
+    root: nn.Module,
+    g: fx.Graph,
+    calls: list[_Call],
+    input_names: list[str],
+    the_map: ModuleMap,
+    stateful: Callable[[nn.Module], bool],
+) -> str | None:
+    """The error message for a ``forward`` that loops over time steps, or ``None``.
+
+    Tracing unrolls a Python loop, so each module in its body is called once per step. A
+    module called more than once is such a loop (rather than a layer reused within one
+    step, which stays a warning and two nodes) when a call takes the state an earlier
+    call of it returned, when the outputs of its calls are stacked or concatenated
+    (three or more, or a neuron's), when it is a neuron that keeps its own state
+    (snntorch's ``init_hidden=True``) or is called ten times or more, or when the
+    model indexes its input along the first axis at several steps (``x[step]``), which
+    is the batch axis in NIR's convention.
+    """
+    by_path: dict[str, list[_Call]] = {}
+    for call in sorted(calls, key=lambda c: c.order):
+        by_path.setdefault(call.path, []).append(call)
+    repeated = [p for p, cs in by_path.items() if len(cs) > 1]
+    if not repeated:
+        return None
+    number = {id(c): i for cs in by_path.values() for i, c in enumerate(cs)}
+    origin: dict[fx.Node, tuple[str, int]] = {}  # a call's result -> (module path, call number)
+    for call in sorted(calls, key=lambda c: c.order):  # inner calls start later and win
+        passed = set(call.inputs) | set(call.state_inputs)  # a module may return its input
+        for node in call.outputs:
+            if node not in passed:
+                origin[node] = (call.path, number[id(call)])
+    memo: dict[fx.Node, frozenset[tuple[str, int]]] = {}
+
+    def nearest(node: fx.Node) -> frozenset[tuple[str, int]]:
+        """The module calls whose results ``node`` is computed from, the nearest ones."""
+        stack = [node]
+        while stack:
+            n = stack[-1]
+            if n in memo:
+                stack.pop()
+            elif n in origin:
+                memo[n] = frozenset({origin[n]})
+                stack.pop()
+            else:
+                waiting = [a for a in n.all_input_nodes if a not in memo]
+                if waiting:
+                    stack.extend(waiting)
+                else:
+                    memo[n] = frozenset().union(*(memo[a] for a in n.all_input_nodes))
+                    stack.pop()
+        return memo[node]
+
+    def sources(nodes: Iterable[fx.Node]) -> frozenset[tuple[str, int]]:
+        return frozenset().union(*(nearest(n) for n in nodes))
+
+    modules = {p: root.get_submodule(p) for p in repeated}
+    neuron = {p: _is_neuron(m, stateful) for p, m in modules.items()}
+    threaded = [
+        p for p in repeated if any(q == p for c in by_path[p][1:] for q, _ in sources(c.state_inputs))
+    ]
+    own_state = [p for p in repeated if neuron[p] and getattr(modules[p], "init_hidden", None) is True]
+    many = [p for p in repeated if neuron[p] and len(by_path[p]) >= _MANY]
+    stacked: dict[str, str] = {}  # path -> how: "torch.stack (model.py:12)"
+    indexed: dict[str, list[int]] = {}
+    for node in g.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target in _STACKS and node.args and isinstance(node.args[0], (tuple, list)):
+            steps: dict[str, set[int]] = {}
+            for item in node.args[0]:
+                if isinstance(item, fx.Node):
+                    for p, i in nearest(item):
+                        steps.setdefault(p, set()).add(i)
+            source = node.meta.get("nirbridge_source", "")
+            how = _callable_name(node.target) + (f" ({source})" if source else "")
+            for p, found in steps.items():
+                if p in modules and (len(found) >= 3 or (len(found) >= 2 and neuron[p])):
+                    stacked.setdefault(p, how)
+        elif node.target is operator.getitem and len(node.args) == 2:
+            base, index = node.args
+            if isinstance(index, tuple) and index:
+                index = index[0]
+            if isinstance(base, fx.Node) and base.op == "placeholder" and type(index) is int:
+                name = str(base.target).lstrip("*")
+                if name in input_names and index not in indexed.setdefault(name, []):
+                    indexed[name].append(index)
+    indexed = {name: found for name, found in indexed.items() if len(found) >= 2}
+    if not (threaded or own_state or many or stacked or indexed):
+        return None
+
+    def quoted(paths: Sequence[str]) -> str:
+        return _join([repr(p) for p in paths])
+
+    top = [p for p in repeated if not any(p.startswith(f"{q}.") for q in repeated)]  # outermost
+    counts = {len(by_path[p]) for p in top}
+    more = [f"{len(top) - 7} more"] if len(top) > 8 else []
+    shown = top[:7] if more else top
+    if len(counts) == 1:
+        listing = f"{_join([repr(p) for p in shown] + more)} {counts.pop()} times"
+        listing += " each" if len(top) > 1 else ""
+    else:
+        listing = _join([f"{p!r} {len(by_path[p])} times" for p in shown] + more)
+    found = [f"it calls {listing}"]
+    if threaded:
+        one = len(threaded) == 1
+        found.append(
+            f"{quoted(threaded)} {'takes' if one else 'take'} the state "
+            f"{'its' if one else 'their'} previous call returned"
+        )
+    if own_state:
+        one = len(own_state) == 1
+        found.append(
+            f"{quoted(own_state)} {'keeps its' if one else 'keep their'} state inside the module "
+            "(init_hidden=True), so each call is one more step"
+        )
+    if stacked:
+        hows = list(dict.fromkeys(stacked.values()))
+        found.append(f"it stacks the outputs of {quoted(list(stacked))} with {_join(hows)}")
+    for name, steps in indexed.items():
+        shown_steps = ", ".join(f"{name}[{i}]" for i in steps[:2]) + (
+            f", ..., {name}[{steps[-1]}]" if len(steps) > 2 else ""
+        )
+        found.append(f"it indexes its input {name!r} by step ({shown_steps})")
+    lines = [
+        f"{type(root).__name__}.forward loops over time: {'; '.join(found)}.",
+        "The model must compute one time step: a NIR graph is one step of a recurrence (each neuron "
+        "keeps its state from one step to the next), and the time loop belongs to whoever runs the "
+        "graph. Write a forward that does one step:",
+    ]
+    export_with, note = "nirbridge.torch_to_nir", ""
+    for p in top:
+        adapter = _adapter(type(modules[p]))
+        if adapter is not None:
+            export_with = f"{adapter.__name__}.to_nir"
+            if not any(key in the_map for key in getattr(adapter, "TO_NIR", {})):
+                simulator = adapter.__name__.rsplit(".", 1)[1]
+                note = f" (torch_to_nir's default map has no {simulator} neurons)"
+            break
+    body, directly = _one_step_sketch(top, by_path, sources, input_names, modules)
+    lines += body
+    lines.append(f"and export that model with {export_with}(model){note}")
+    if directly:
+        lines[-1] += f", {directly.format(export_with=export_with)}"
+    lines[-1] += "."
+    first_input = input_names[0] if input_names else "x"
+    lines.append(
+        f"Then run the exported graph over time with nirbridge.run(graph, {first_input}), "
+        f"{first_input} time first ([T, batch, ...]); the graph keeps each neuron's state from "
+        "step to step."
+    )
+    return "\n".join(lines)
+
+
+def _one_step_sketch(
+    top: list[str],
+    by_path: dict[str, list[_Call]],
+    sources: Callable[[Iterable[fx.Node]], frozenset[tuple[str, int]]],
+    input_names: list[str],
+    modules: dict[str, nn.Module],
+) -> tuple[list[str], str]:
+    """Lines showing the one-step forward of the modules a loop calls (code when they form
+    a chain, each call's input the previous call's output; else the pattern), and how to
+    export those modules without a forward, if there is a way (``{export_with}`` in it)."""
+    chain = len(input_names) == 1 and len({len(by_path[p]) for p in top}) == 1
+    for i, p in enumerate(top):
+        if not chain:
+            break
+        feeds = sources(by_path[p][0].inputs)
+        chain = feeds == (frozenset({(top[i - 1], 0)}) if i else frozenset())
+    x = input_names[0] if input_names else "x"
+    if not chain:
+        return [
+            f"    def forward(self, {x}, state=None):",
+            "        state = state or {}",
+            "        # each layer called once; each neuron given its state from the step before:",
+            '        out, s = self.lif(h, state.get("lif"))',
+            '        return out, {"lif": s, ...}',
+            "giving each neuron its own key in state and returning the output and the new state,",
+        ], ""
+
+    def arity(p: str) -> int:
+        result = by_path[p][0].result
+        if isinstance(result, (tuple, list)):
+            return len(result)
+        if not isinstance(result, fx.Proxy):
+            return 0
+        used = [
+            u.args[1]
+            for u in result.node.users
+            if u.op == "call_function" and u.target is operator.getitem and type(u.args[1]) is int
+        ]
+        return max(2, max(used) + 1) if used else 0
+
+    sizes = {p: arity(p) for p in top}
+    # snntorch's init_hidden=True neurons keep their state themselves and take none
+    inside = {p for p in top if getattr(modules[p], "init_hidden", None) is True}
+    keyed = [p for p in top if sizes[p] >= 2 and p not in inside]
+    body = [f"    def forward(self, {x}{', state=None' if keyed else ''}):"]
+    if keyed:
+        body.append("        state = state or {}")
+    h = x
+    for p in top:
+        if sizes[p] < 2 or p in inside:
+            body.append(f"        h = self.{p}({h}){'[0]' if sizes[p] >= 2 else ''}")
+        elif sizes[p] == 2:
+            body.append(f'        h, s{keyed.index(p) + 1} = self.{p}({h}, state.get("{p}"))')
+        else:
+            nones = ", ".join(["None"] * (sizes[p] - 1))
+            body.append(f'        r = self.{p}({h}, *state.get("{p}", ({nones})))')
+            body.append(f"        h, s{keyed.index(p) + 1} = r[0], r[1:]")
+        h = "h"
+    if keyed:
+        states = ", ".join(f'"{p}": s{i + 1}' for i, p in enumerate(keyed))
+        body.append(f"        return h, {{{states}}}")
+    else:
+        body.append("        return h")
+    layers_list = ", ".join(f"model.{p}" for p in top)
+    inner = [p for p in top[:-1] if sizes[p] >= 2]
+    if not inner:
+        directly = f"or export the layers directly: {{export_with}}(nn.Sequential({layers_list}))"
+    elif all(getattr(modules[p], "init_hidden", None) is False for p in inner):
+        directly = (
+            "or, with the neurons built with init_hidden=True (each then returns its spikes "
+            f"alone), export the layers directly: {{export_with}}(nn.Sequential({layers_list}))"
+        )
+    elif all(type(modules[p]).__module__.startswith("norse.") for p in inner):
+        directly = (
+            f"or export the layers directly: {{export_with}}(norse.torch.SequentialState({layers_list}))"
+        )
+    else:
+        directly = ""
+    return body, directly
 
 
 # ----------------------------------------------------------------------------- export
@@ -675,18 +1125,28 @@ class _Exporter:
                 concrete[param.name] = param.default
         if not input_names:
             raise TraceError(f"{type(module).__name__}.forward takes no input argument")
-        tracer = _Tracer(self.the_map)
+        tracer = _Tracer(self.the_map, self.is_stateful)
         try:
             g = tracer.trace(module, concrete_args=concrete or None)
         except NirBridgeError:
             raise
         except Exception as error:
+            name = type(module).__name__
+            reason = str(error).strip()
+            looping = any(sign in reason for sign in _LOOP_SIGNS)
+            hint = (
+                f"If {name}.forward loops over time steps (`for t in range(x.shape[0])`, "
+                f"`for x_t in x`), that loop is the cause: {_ONE_STEP}"
+                if looping
+                else "It probably branches on tensor values or calls code fx cannot follow. Move that "
+                "code into a submodule and map its type to a NIR node with module_map={Type: fn}."
+            )
             raise TraceError(
-                f"torch.fx could not trace {type(module).__name__}.forward: {type(error).__name__}: "
-                f"{error}\nIt probably branches on tensor values or calls code fx cannot follow. "
-                "Move that code into a submodule and map its type to a NIR node with "
-                "module_map={Type: fn}."
+                f"torch.fx could not trace {name}.forward: {type(error).__name__}: {reason}\n{hint}"
             ) from error
+        loop = _time_loop(module, g, tracer.calls, input_names, self.the_map, self.is_stateful)
+        if loop is not None:
+            raise TraceError(loop)
         self.untraceable = tracer.untraceable
         return self._convert(module, g, input_names, "state" in concrete, example_input, dt)
 
@@ -702,6 +1162,7 @@ class _Exporter:
     ) -> nir.NIRGraph:
         self.root = root
         offenders: dict[str, list[str]] = {}
+        self.found_neurons: dict[str, type] = {}
         values: dict[fx.Node, Any] = {}
         pending: list[_Pending] = []
         calls: dict[str, int] = {}
@@ -737,7 +1198,7 @@ class _Exporter:
             elif node.op == "output":
                 result_value = node.args[0]
         if offenders:
-            raise _unsupported(offenders, self.the_map)
+            raise _unsupported(offenders, self.the_map, self.found_neurons)
         outputs = self._outputs(result_value, values, returns_state, taken)
 
         leaves = {p.name: p.obj for p in pending if isinstance(p.obj, nn.Module)}
@@ -779,10 +1240,14 @@ class _Exporter:
         handler = _lookup_module(self.the_map, module)
         if handler is None or handler is FAN_IN:
             kind = f"module {_key_name(type(module))}"
+            if _is_neuron(module, self.is_stateful):
+                self.found_neurons.setdefault(kind, type(module))
             why = self.untraceable.get(node.target)
+            if why:  # fx's message whole; its later lines indented under this entry
+                why = why.replace("\n", "\n      ")
             return report(kind, repr(node.target) + (f" (fx cannot trace it: {why})" if why else ""))
         if _nir_meta(module) is not None:
-            nested = _graph_module_offenders(module, self.the_map, f"{node.target}.")
+            nested = _graph_module_offenders(module, self.the_map, f"{node.target}.", self.found_neurons)
             for kind, places in nested.items():
                 for place in places:
                     report(kind, place)

@@ -4,18 +4,23 @@ step by step at float64."""
 
 from __future__ import annotations
 
+import copy
 import operator
 import warnings
 
 import nir
+import norse.torch as nt
 import numpy as np
 import pytest
+import snntorch as snn
 import torch
 from hypothesis import HealthCheck, given, settings
 from torch import nn
 
 import nirbridge
 from nirbridge import neurons
+from nirbridge.adapters import norse as norse_adapter
+from nirbridge.adapters import snntorch as snntorch_adapter
 from nirbridge.layers import Scale
 from tests.conftest import input_names
 from tests.graphs import assert_same, random_graphs
@@ -345,6 +350,7 @@ def test_an_imported_module_alone_exports_its_graph_with_trained_parameters():
 def test_nir_to_torch_to_nir_is_the_identity_and_carries_edited_weights(graph):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", nirbridge.RepairWarning)  # odd names get module paths
+        warnings.simplefilter("ignore", nirbridge.DtWarning)  # built at DT whatever the graph records
         gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
     back = nirbridge.torch_to_nir(gm)
     graph.metadata = {**graph.metadata, "dt": DT}  # the dt the module was built at
@@ -890,3 +896,386 @@ def test_a_tensor_where_the_map_goes_says_to_pass_example_input():
     assert "module_map must be a dict" in str(info.value)
     graph = nirbridge.torch_to_nir(cnn, example_input=torch.zeros(1, 2, 34, 34))
     assert tuple(graph.nodes["2"].input_type["input"]) == (4 * 32 * 32,)
+
+
+# ----------------------------------------------------------------------------- diagnoses
+
+NUM_STEPS = 25
+
+
+class TutorialNet(nn.Module):
+    """snntorch's tutorial network: forward loops over the time steps itself."""
+
+    def __init__(self, index_input=True, **leaky):
+        super().__init__()
+        self.index_input = index_input
+        self.fc1 = nn.Linear(784, 100)
+        self.lif1 = snn.Leaky(beta=0.9, **leaky)
+        self.fc2 = nn.Linear(100, 10)
+        self.lif2 = snn.Leaky(beta=0.9, **leaky)
+
+    def forward(self, x):
+        mem1 = self.lif1.init_leaky()
+        mem2 = self.lif2.init_leaky()
+        spk2_rec, mem2_rec = [], []
+        for step in range(NUM_STEPS):
+            cur1 = self.fc1(x[step] if self.index_input else x)
+            spk1, mem1 = self.lif1(cur1, mem1)
+            cur2 = self.fc2(spk1)
+            spk2, mem2 = self.lif2(cur2, mem2)
+            spk2_rec.append(spk2)
+            mem2_rec.append(mem2)
+        return torch.stack(spk2_rec, dim=0), torch.stack(mem2_rec, dim=0)
+
+
+class NorseLoop(nn.Module):
+    """The same loop as norse users write it, with cells."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.cell = nn.Linear(20, 16), nt.LIFBoxCell()
+        self.fc2, self.out = nn.Linear(16, 4), nt.LIBoxCell()
+
+    def forward(self, x):
+        s1 = s2 = None
+        voltages = []
+        for t in range(NUM_STEPS):
+            z, s1 = self.cell(self.fc1(x[t]), s1)
+            v, s2 = self.out(self.fc2(z), s2)
+            voltages.append(v)
+        return torch.stack(voltages)
+
+
+def one_step_code(message: str) -> str:
+    """The forward the time-loop error shows, as source code."""
+    lines = message.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("    def forward")))
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("    "))
+    return "\n".join(line[4:] for line in lines[start:end])
+
+
+def with_forward(model: nn.Module, code: str) -> nn.Module:
+    """``model`` with the forward ``code`` defines (same modules, same parameters)."""
+    namespace: dict = {}
+    exec(code, namespace)  # the code comes from nirbridge's own error message
+    model.__class__ = type(type(model).__name__, (type(model),), {"forward": namespace["forward"]})
+    return model
+
+
+@pytest.mark.parametrize("index_input", [True, False], ids=["x[step]", "x"])
+@pytest.mark.parametrize("export", ["torch_to_nir", "snntorch_adapter.to_nir"])
+def test_the_snntorch_tutorials_time_loop_is_told_to_export_one_step(export, index_input):
+    to_nir = nirbridge.torch_to_nir if export == "torch_to_nir" else snntorch_adapter.to_nir
+    with pytest.raises(nirbridge.TraceError) as info:  # one error, and no warnings before it
+        to_nir(TutorialNet(index_input))
+    message = str(info.value)
+    assert isinstance(info.value, nirbridge.NirBridgeError)
+    expected = [
+        "TutorialNet.forward loops over time: it calls 'fc1', 'lif1', 'fc2' and 'lif2' 25 times each; "
+        "'lif1' and 'lif2' take the state their previous call returned; it stacks the outputs of "
+        "'lif2' with torch.stack (test_trace.py:",
+        "The model must compute one time step: a NIR graph is one step of a recurrence",
+        "the time loop belongs to whoever runs the graph",
+        '        h, s1 = self.lif1(h, state.get("lif1"))',
+        "and export that model with nirbridge.adapters.snntorch.to_nir(model)",
+        "with the neurons built with init_hidden=True (each then returns its spikes alone), export the "
+        "layers directly: nirbridge.adapters.snntorch.to_nir(nn.Sequential(model.fc1, model.lif1, "
+        "model.fc2, model.lif2))",
+        "Then run the exported graph over time with nirbridge.run(graph, x), x time first",
+    ]
+    if index_input:
+        expected.append("it indexes its input 'x' by step (x[0], x[1], ..., x[24])")
+    if export == "torch_to_nir":
+        expected.append("(torch_to_nir's default map has no snntorch neurons)")
+    for text in expected:
+        assert text in message, (text, message)
+    assert "default map has no" not in message or export == "torch_to_nir"
+    assert one_step_code(message) == "\n".join(
+        [
+            "def forward(self, x, state=None):",
+            "    state = state or {}",
+            "    h = self.fc1(x)",
+            '    h, s1 = self.lif1(h, state.get("lif1"))',
+            "    h = self.fc2(h)",
+            '    h, s2 = self.lif2(h, state.get("lif2"))',
+            '    return h, {"lif1": s1, "lif2": s2}',
+        ]
+    )
+
+
+def test_the_one_step_forward_the_message_shows_exports_and_runs_like_the_loop():
+    torch.manual_seed(1)
+    net = TutorialNet(reset_mechanism="zero")
+    with pytest.raises(nirbridge.TraceError) as info:
+        snntorch_adapter.to_nir(net)
+    graph = snntorch_adapter.to_nir(with_forward(copy.deepcopy(net), one_step_code(str(info.value))))
+    assert list(graph.nodes) == ["x", "fc1", "lif1", "fc2", "lif2", "output"]
+    x = (torch.rand(NUM_STEPS, BATCH, 784) < 0.3).float()
+    with torch.no_grad():  # snntorch's spikes are float32 whatever the input: it runs at float32
+        spikes, _ = net.float()(x)
+    run = nirbridge.run(nirbridge.nir_to_torch(graph, dtype=torch.float32), x)
+    assert spikes.sum() > 0
+    torch.testing.assert_close(run.output, spikes, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("export", ["torch_to_nir", "norse_adapter.to_nir"])
+def test_a_norse_cell_loop_is_told_to_export_one_step(export):
+    to_nir = nirbridge.torch_to_nir if export == "torch_to_nir" else norse_adapter.to_nir
+    with pytest.raises(nirbridge.TraceError) as info:
+        to_nir(NorseLoop())
+    message = str(info.value)
+    for text in [
+        "NorseLoop.forward loops over time: it calls 'fc1', 'cell', 'fc2' and 'out' 25 times each; "
+        "'cell' and 'out' take the state their previous call returned",
+        '        h, s1 = self.cell(h, state.get("cell"))',
+        "and export that model with nirbridge.adapters.norse.to_nir(model)",
+        "or export the layers directly: nirbridge.adapters.norse.to_nir(norse.torch.SequentialState("
+        "model.fc1, model.cell, model.fc2, model.out))",
+        "nirbridge.run(graph, x)",
+    ]:
+        assert text in message, (text, message)
+    assert ("default map has no norse neurons" in message) == (export == "torch_to_nir")
+    # what the message suggests exports: the one-step forward, and the cells in SequentialState
+    one_step = with_forward(NorseLoop(), one_step_code(message))
+    graph = norse_adapter.to_nir(one_step)
+    assert list(graph.nodes) == ["x", "fc1", "cell", "fc2", "out", "output"]
+    model = NorseLoop()
+    graph = norse_adapter.to_nir(nt.SequentialState(model.fc1, model.cell, model.fc2, model.out))
+    assert [type(n).__name__ for n in graph.nodes.values()] == [
+        "Input",
+        "Affine",
+        "LIF",
+        "Affine",
+        "LI",
+        "Output",
+    ]
+
+
+class ThreadedLIF(nn.Module):
+    """nirbridge's own neurons in a loop, the state passed from call to call."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.lif = nn.Linear(4, 3), neurons.LIF(tau=1e-3, dt=DT)
+
+    def forward(self, x):
+        state = None
+        for _ in range(NUM_STEPS):
+            z, state = self.lif(self.fc(x), state)
+        return z
+
+
+class HiddenLoop(nn.Module):
+    """snntorch neurons that keep their state themselves (init_hidden=True), in a loop."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.lif = snn.Leaky(beta=0.9, init_hidden=True, reset_mechanism="zero")
+
+    def forward(self, x):
+        return torch.stack([self.lif(self.fc(x[t])) for t in range(NUM_STEPS)])
+
+
+class StepBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.lif = nn.Linear(4, 3), neurons.LIF(tau=1e-3, dt=DT)
+
+    def forward(self, x, state=None):
+        z, s = self.lif(self.fc(x), state)
+        return z, s
+
+
+class BlockLoop(nn.Module):
+    """A loop over a block of the user's own, with a readout after each step."""
+
+    def __init__(self):
+        super().__init__()
+        self.block, self.readout = StepBlock(), nn.Linear(3, 2)
+
+    def forward(self, x):
+        s, outs = None, []
+        for t in range(NUM_STEPS):
+            z, s = self.block(x[t], s)
+            outs.append(self.readout(z))
+        return torch.stack(outs)
+
+
+@pytest.mark.parametrize(
+    "model, found, code",
+    [
+        (
+            ThreadedLIF(),
+            "it calls 'fc' and 'lif' 25 times each; 'lif' takes the state its previous call returned.",
+            '    h, s1 = self.lif(h, state.get("lif"))',
+        ),
+        (
+            HiddenLoop(),
+            "'lif' keeps its state inside the module (init_hidden=True), so each call is one more step; "
+            "it stacks the outputs of 'lif' with torch.stack",
+            "    h = self.lif(h)",
+        ),
+        (
+            BlockLoop(),
+            "it calls 'block' and 'readout' 25 times each; 'block' takes the state its previous call "
+            "returned; it stacks the outputs of 'readout' with torch.stack",
+            '    h, s1 = self.block(x, state.get("block"))',
+        ),
+    ],
+    ids=["nirbridge-neurons", "snntorch-init-hidden", "own-block"],
+)
+def test_other_time_loops_are_told_to_export_one_step(model, found, code):
+    to_nir = snntorch_adapter.to_nir if isinstance(model, HiddenLoop) else nirbridge.torch_to_nir
+    with pytest.raises(nirbridge.TraceError) as info:
+        to_nir(model)
+    message = str(info.value)
+    assert f"{type(model).__name__}.forward loops over time: " in message
+    assert found in message and code in one_step_code(message), message
+    graph = to_nir(with_forward(model, one_step_code(message)))  # and it exports
+    assert sum(isinstance(n, nir.Output) for n in graph.nodes.values()) == 1
+
+
+def test_a_neuron_used_for_two_populations_in_one_step_stays_a_warning():
+    class TwoPopulations(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fa, self.fb, self.lif = nn.Linear(4, 3), nn.Linear(4, 3), neurons.LIF(tau=1e-3, dt=DT)
+
+        def forward(self, a, b, state=None):
+            state = state or {}
+            za, sa = self.lif(self.fa(a), state.get("a"))
+            zb, sb = self.lif(self.fb(b), state.get("b"))
+            return za + zb, {"a": sa, "b": sb}
+
+    with pytest.warns(nirbridge.LossyConversionWarning, match="'lif' is called 2 times"):
+        graph = nirbridge.torch_to_nir(TwoPopulations())
+    assert list(graph.nodes) == ["a", "b", "fa", "lif", "fb", "lif_2", "output"]
+
+
+def test_a_loop_over_the_inputs_length_is_told_to_export_one_step():
+    class RangeLoop(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return torch.stack([self.fc(x[t]) for t in range(x.shape[0])])
+
+    with pytest.raises(nirbridge.TraceError) as info:
+        nirbridge.torch_to_nir(RangeLoop())
+    message = str(info.value)
+    assert "torch.fx could not trace RangeLoop.forward: TypeError: " in message
+    assert "If RangeLoop.forward loops over time steps (`for t in range(x.shape[0])`" in message
+    assert "one time step of a recurrence" in message and "nirbridge.run(graph, x)" in message
+
+
+class MyNeuron(nn.Module):
+    """A neuron of the user's own: stateful, with no entry in the map."""
+
+    def forward(self, x, state=None):
+        v = x if state is None else state + x
+        return (v > 1.0).double(), v
+
+
+@pytest.mark.parametrize(
+    "export, neuron, expected",
+    [
+        (
+            "torch_to_nir",
+            lambda: snn.Alpha(alpha=0.9, beta=0.8),
+            [
+                "module_map={snntorch.Alpha: fn}, where fn(module) returns the NIR neuron node it computes",
+                "nirbridge.adapters.snntorch.to_nir has no converter for snntorch.Alpha either",
+            ],
+        ),
+        ("snntorch_adapter", lambda: snn.Lapicque(beta=0.9), ["module_map={snntorch.Lapicque: fn}"]),
+        (
+            "torch_to_nir",
+            lambda: snn.Leaky(beta=0.9),
+            [
+                "module_map={snntorch.Leaky: fn}",
+                "snntorch models export with nirbridge.adapters.snntorch.to_nir(model), which converts "
+                "snntorch.Leaky; torch_to_nir's default map has no snntorch neurons",
+            ],
+        ),
+        (
+            "torch_to_nir",
+            lambda: nt.LSNNCell(),
+            ["norse.torch.LSNNCell is a neuron (stateful", "module_map={norse.torch.LSNNCell: fn}"],
+        ),
+        (
+            "torch_to_nir",
+            lambda: nt.LIFBoxCell(),
+            ["nirbridge.adapters.norse.to_nir(model), which converts norse.torch.LIFBoxCell"],
+        ),
+        ("torch_to_nir", MyNeuron, ["tests.test_trace.MyNeuron is a neuron (stateful"]),
+    ],
+    ids=["snn.Alpha", "snn.Lapicque-adapter", "snn.Leaky", "nt.LSNNCell", "nt.LIFBoxCell", "own"],
+)
+def test_a_neuron_the_map_lacks_is_never_told_to_use_skip(export, neuron, expected):
+    to_nir = nirbridge.torch_to_nir if export == "torch_to_nir" else snntorch_adapter.to_nir
+    with pytest.raises(nirbridge.UnsupportedModuleError) as info:
+        to_nir(nn.Sequential(nn.Linear(4, 3), neuron()))
+    message = str(info.value)
+    kind = next(iter(info.value.offenders))
+    assert list(info.value.offenders) == [kind] and info.value.offenders[kind] == ["'1'"], message
+    assert "skip=" not in message, message
+    assert "no NIR converter in this map" in message
+    for text in expected:
+        assert text in message, (text, message)
+
+
+def test_stateless_layers_are_still_told_skip_beside_neurons():
+    leaky = snn.Leaky(beta=0.9, init_hidden=True, reset_mechanism="zero")
+    model = nn.Sequential(nn.Linear(4, 3), nn.Dropout(0.1), leaky)
+    with pytest.raises(nirbridge.UnsupportedModuleError) as info:
+        nirbridge.torch_to_nir(model)
+    message = str(info.value)
+    assert "leave out modules that do not change the output with skip=(nn.Dropout,)" in message
+    assert "snntorch.Leaky is a neuron" in message
+    assert message.count("skip=") == 1
+    graph = snntorch_adapter.to_nir(model.eval(), skip=(nn.Dropout,))
+    assert list(graph.nodes) == ["input", "0", "2", "output"]
+
+
+def fx_message(model: nn.Module) -> str:
+    """What torch.fx itself says when it cannot trace ``model``."""
+    with pytest.raises(Exception) as info:
+        torch.fx.symbolic_trace(model)
+    return f"{type(info.value).__name__}: {info.value}"
+
+
+def test_fx_reason_is_quoted_whole():
+    with pytest.raises(nirbridge.TraceError) as info:
+        nirbridge.torch_to_nir(Branchy())
+    expected = fx_message(Branchy())
+    assert "symbolically traced variables cannot be used as inputs to control flow" in expected
+    assert str(info.value).startswith(f"torch.fx could not trace Branchy.forward: {expected}\n")
+
+    class Rows(nn.Module):  # iterates over a tensor: fx's message is long
+        def forward(self, x):
+            return torch.stack([row for row in x])
+
+    class Length(nn.Module):  # calls len(): fx's message has its torch.fx.wrap hint
+        def forward(self, x):
+            return x * len(x)
+
+    class Explains(nn.Module):  # a message over several lines
+        def forward(self, x):
+            raise RuntimeError("cannot trace this\nbecause of that\nsee the docs")
+
+    model = nn.Sequential(nn.Linear(2, 2), Rows(), Length(), Explains())
+    with pytest.raises(nirbridge.UnsupportedModuleError) as info:
+        nirbridge.torch_to_nir(model)
+    message = str(info.value)
+    rows = fx_message(Rows())
+    assert len(rows) > 300 and "check out the Proxy docstring for help troubleshooting" in rows
+    assert f"'1' (fx cannot trace it: {rows})" in message
+    length = fx_message(Length())
+    assert "please call torch.fx.wrap('len') at module scope" in length
+    assert f"'2' (fx cannot trace it: {length})" in message
+    assert (
+        "'3' (fx cannot trace it: RuntimeError: cannot trace this\n      because of that\n      see the docs)"
+        in message
+    )

@@ -20,11 +20,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import fx
 
 from .errors import InputError
 from .state import NODES, StateError, unpack_state
 
-__all__ = ["check_keys", "check_step"]
+__all__ = ["check_keys", "check_step", "check_types", "state_type_name"]
 
 # state types whose first field is batch first, for the batch-size check
 _BATCH_FIRST = frozenset({"IState", "CubaLIState"})
@@ -51,6 +52,31 @@ def check_keys(
             f"{where} does not belong to this module ({'; '.join(problems)}); pass the state this "
             "module returned, or state=None to start afresh"
         )
+
+
+def check_types(nodes: dict[str, Any], keys: Any, kinds: Any, where: str) -> None:
+    """Raise :class:`StateError` where ``nodes[key]``'s type is not named ``kind``
+    (``None``: any type)."""
+    wrong = [
+        f"{key!r} holds a {type(nodes[key]).__name__}, this module's a {kind}"
+        for key, kind in zip(keys, kinds)
+        if kind is not None and type(nodes[key]).__name__ != kind
+    ]
+    if wrong:
+        raise StateError(
+            f"{where}[{NODES!r}] entries of another type: {'; '.join(wrong)}. The state comes from "
+            "another module (another simulator's import of the graph?); pass the state this module "
+            "returned, or state=None to start afresh"
+        )
+
+
+def state_type_name(module: torch.nn.Module) -> str | None:
+    """The name of the type a stateful module's state has, where the module declares it
+    (``state_type``); a nested graph's state is a dict."""
+    if isinstance(module, fx.GraphModule):
+        return "dict"
+    kind = getattr(module, "state_type", None)
+    return kind.__name__ if isinstance(kind, type) else None
 
 
 def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Tensor, spec: tuple) -> tuple:
@@ -89,22 +115,12 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
     nodes, delayed = unpack_state(state)
     if len(nodes) != len(node_keys) or len(delayed) != len(delayed_keys):
         check_keys(nodes, delayed, node_keys, delayed_keys, "state")
-    state_batch = None
-    wrong = []
-    for key, kind in zip(node_keys, state_types):
-        entry = nodes.get(key, _MISSING)
-        if entry is _MISSING:
-            check_keys(nodes, delayed, node_keys, delayed_keys, "state")
-        if kind is not None and type(entry).__name__ != kind:
-            wrong.append(f"{key!r} holds a {type(entry).__name__}, this module's a {kind}")
-        elif state_batch is None and kind in _BATCH_FIRST:
-            state_batch = entry[0].shape[0]
-    if wrong:
-        raise StateError(
-            f"state[{NODES!r}] entries of another type: {'; '.join(wrong)}. The state comes from "
-            "another module (another simulator's import of the graph?); pass the state this module "
-            "returned, or state=None to start afresh"
-        )
+    if any(key not in nodes for key in node_keys):
+        check_keys(nodes, delayed, node_keys, delayed_keys, "state")
+    check_types(nodes, node_keys, state_types, "state")
+    state_batch = next(
+        (nodes[key][0].shape[0] for key, kind in zip(node_keys, state_types) if kind in _BATCH_FIRST), None
+    )
     for key in delayed_keys:
         value = delayed.get(key, _MISSING)
         if value is _MISSING:

@@ -28,7 +28,7 @@ import torch.fx as fx
 
 from . import graph as graph_utils
 from . import layers, neurons
-from .checks import check_step
+from .checks import check_step, state_type_name
 from .errors import (
     AssumedDtWarning,
     DtWarning,
@@ -531,7 +531,7 @@ def _build(
         tuple(the_plan.inputs),
         tuple(_known(shapes.outputs.get(name)) for name in the_plan.inputs),
         stateful_names,
-        tuple(_state_type(built[n]) for n in stateful_names),
+        tuple(state_type_name(built[n]) for n in stateful_names),
         tuple(the_plan.delayed_sources),
     )
     checked = g.create_node(
@@ -638,14 +638,6 @@ _DTYPE = "_nirbridge_dtype"  # an empty buffer: the module's dtype, for casting 
 
 def _known(shape: Any) -> tuple[int, ...] | None:
     return tuple(int(n) for n in shape) if shape is not None else None
-
-
-def _state_type(module: torch.nn.Module) -> str | None:
-    """The name of the type a stateful module's state has, where the module declares it."""
-    if isinstance(module, fx.GraphModule):
-        return "dict"
-    kind = getattr(module, "state_type", None)
-    return kind.__name__ if isinstance(kind, type) else None
 
 
 def _io_nodes(nodes: Mapping[str, Any], shapes: graph_utils.Shapes) -> dict[str, nir.NIRNode]:

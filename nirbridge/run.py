@@ -22,6 +22,7 @@ import nir
 import numpy as np
 import torch
 
+from .checks import check_keys, check_types, state_type_name
 from .errors import InputError, ParameterError
 from .schedule import SPIKING, Level, RecordError, Request, is_built, level_of, run_chunk
 from .state import NODES, StateError, unpack_state
@@ -442,22 +443,9 @@ def _check_state(level: Level | None, state: Any, where: str) -> None:
         nodes, delayed = unpack_state(state)
     except StateError as error:
         raise StateError(f"{where}: {error}") from None
-    expected = {n for n, s in level.stateful.items() if s}
-    problems = []
-    for kind, got, want in (
-        ("node", set(nodes), expected),
-        ("delayed", set(delayed), set(level.delayed_sources)),
-    ):
-        unexpected, missing = sorted(map(str, got - want)), sorted(want - got)
-        if unexpected:
-            problems.append(f"unexpected {kind} keys {unexpected}")
-        if missing:
-            problems.append(f"missing {kind} keys {missing}")
-    if problems:
-        raise StateError(
-            f"{where} does not belong to this module ({'; '.join(problems)}); pass the state this "
-            "module returned, or state=None to start afresh"
-        )
+    stateful = [n for n, s in level.stateful.items() if s]
+    check_keys(nodes, delayed, stateful, level.delayed_sources, where)
+    check_types(nodes, stateful, [state_type_name(level.modules[n]) for n in stateful], where)
     for name, child in level.children.items():
         _check_state(child, nodes[name], f"{where}[{NODES!r}][{name!r}]")
 

@@ -447,3 +447,13 @@ def test_records_become_nir_graph_data_that_nir_round_trips(rng, tmp_path):
     )
     # nir's own check: the observables fit the graph's nodes
     data.nodes["block"].check_nodes(graph.nodes["block"])
+
+
+def test_a_state_from_another_simulators_import_is_refused_by_run():
+    from nirbridge.adapters import snntorch as snntorch_adapter
+
+    path = EXAMPLES / "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir"
+    x = torch.zeros(5, 2, 12)
+    other = nirbridge.run(snntorch_adapter.from_nir(path, dt=1e-4), x).state
+    with pytest.raises(nirbridge.StateError, match="'lif1.lif' holds a tuple, this module's a CubaLIState"):
+        nirbridge.run(nirbridge.nir_to_torch(path, dt=1e-4), x, state=other)

@@ -17,6 +17,7 @@ import nir
 from torch import fx
 
 from . import interpret, trace
+from .maps import _callable_name
 
 __all__ = ["COLUMNS", "support_table"]
 
@@ -108,7 +109,7 @@ def support_table() -> list[dict[str, str]]:
     for key, fn in trace.DEFAULT_MAP.items():
         if not isinstance(key, type) and fn is not trace.FAN_IN:
             for name in _nir_types(fn):
-                exports.setdefault(name, []).append(trace._callable_name(key))
+                exports.setdefault(name, []).append(_callable_name(key))
     types: list[type] = [nir.Input, nir.Output, *interpret.DEFAULT_MAP, nir.NIRGraph]
     exports["Input"] = ["forward's arguments"]
     exports["Output"] = ["forward's return value"]

@@ -49,7 +49,9 @@ import torch
 from torch import nn
 
 from .. import trace
+from ..diagnose import _unsupported
 from ..errors import LossyConversionWarning, NirBridgeError, NodeConversionError, UnsupportedModuleError
+from ..maps import _key_name, _lookup_module
 from ._common import SimulatorNeuron, broadcast, build, export
 from ._optional import require
 
@@ -519,7 +521,7 @@ def to_nir(
         # leave them out of the list of supported modules
         others = error.offenders if isinstance(error, UnsupportedModuleError) else {}
         supported = {k: v for k, v in merged.items() if not isinstance(v, NoNirForm)}
-        raise trace._unsupported({**others, **no_form}, supported) from None
+        raise _unsupported({**others, **no_form}, supported) from None
 
 
 def _no_nir_form_offenders(module: nn.Module, the_map: Mapping[Any, Any]) -> dict[str, list[str]]:
@@ -528,9 +530,9 @@ def _no_nir_form_offenders(module: nn.Module, the_map: Mapping[Any, Any]) -> dic
     found: dict[str, list[str]] = {}
 
     def visit(sub: nn.Module, path: str) -> None:
-        handler = trace._lookup_module(the_map, sub)
+        handler = _lookup_module(the_map, sub)
         if isinstance(handler, NoNirForm):
-            kind = f"module {trace._key_name(type(sub))} ({handler.reason})"
+            kind = f"module {_key_name(type(sub))} ({handler.reason})"
             found.setdefault(kind, []).append(repr(path) if path else "the model itself")
         elif handler is None:
             for name, child in sub.named_children():

@@ -15,6 +15,7 @@ from .modules import CubaLI as CubaLI
 from .modules import CubaLIF as CubaLIF
 from .modules import Delay as Delay
 from .modules import I as I
+from .simulator import SimulatorNeuron as SimulatorNeuron
 
 __all__ = [
     "DEFAULT_DT",
@@ -28,5 +29,6 @@ __all__ = [
     "DelayState",
     "I",
     "IState",
+    "SimulatorNeuron",
     "functional",
 ]

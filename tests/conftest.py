@@ -15,6 +15,23 @@ EXAMPLES = pathlib.Path(__file__).resolve().parent / "data" / "nir-examples"
 
 
 @pytest.fixture
+def float64_default():
+    """Models built at float64, as comparisons with the numpy reference need, and torch's
+    layer initialisation seeded, so every run sees the same models. Modules use it with
+    ``pytestmark = pytest.mark.usefixtures("float64_default")``."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    torch.manual_seed(0)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def t(values) -> torch.Tensor:
+    """A float64 tensor of ``values``."""
+    return torch.as_tensor(np.asarray(values, dtype=np.float64))
+
+
+@pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
 

@@ -20,24 +20,14 @@ from nirbridge import neurons
 from nirbridge.adapters import norse as norse_adapter
 from nirbridge.adapters import snntorch as snntorch_adapter
 from nirbridge.testing import assert_equivalent
-from tests.conftest import EXAMPLES, input_names
+from tests.conftest import EXAMPLES, input_names, t
 from tests.reference import Reference
 
 STEPS = 300
 BATCH = 4
 
 
-@pytest.fixture(autouse=True)
-def float64_default():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(previous)
-
-
-def t(values) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(values, dtype=np.float64))
+pytestmark = pytest.mark.usefixtures("float64_default")
 
 
 # ----------------------------------------------------------------------------- source networks

@@ -16,22 +16,13 @@ from torch import nn
 import nirbridge
 from nirbridge.adapters import norse as norse_adapter
 from nirbridge.graph import plan
+from tests.conftest import t
 
 BATCH = 4
 STEPS = 300
 
 
-@pytest.fixture(autouse=True)
-def float64_default():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(previous)
-
-
-def t(values) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(values, dtype=np.float64))
+pytestmark = pytest.mark.usefixtures("float64_default")
 
 
 IMPORTERS = {

@@ -30,14 +30,7 @@ DT = 1e-4
 BATCH = 3
 
 
-@pytest.fixture(autouse=True)
-def float64_default():
-    """Models in these tests are built at float64, as the comparisons need."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    torch.manual_seed(0)  # torch's layer initialisation, so every run sees the same models
-    yield
-    torch.set_default_dtype(previous)
+pytestmark = pytest.mark.usefixtures("float64_default")
 
 
 def lif(n: int, rng: np.random.Generator, **extra) -> neurons.LIF:

@@ -113,20 +113,17 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
     if state is None:
         return {}, {}, *checked
     nodes, delayed = unpack_state(state)
-    if len(nodes) != len(node_keys) or len(delayed) != len(delayed_keys):
-        check_keys(nodes, delayed, node_keys, delayed_keys, "state")
-    if any(key not in nodes for key in node_keys):
-        check_keys(nodes, delayed, node_keys, delayed_keys, "state")
+    if (
+        len(nodes) != len(node_keys)
+        or len(delayed) != len(delayed_keys)
+        or not all(key in nodes for key in node_keys)
+        or not all(key in delayed for key in delayed_keys)
+    ):
+        check_keys(nodes, delayed, node_keys, delayed_keys, "state")  # raises, listing them
     check_types(nodes, node_keys, state_types, "state")
-    state_batch = next(
-        (nodes[key][0].shape[0] for key, kind in zip(node_keys, state_types) if kind in _BATCH_FIRST), None
-    )
-    for key in delayed_keys:
-        value = delayed.get(key, _MISSING)
-        if value is _MISSING:
-            check_keys(nodes, delayed, node_keys, delayed_keys, "state")
-        if state_batch is None and isinstance(value, torch.Tensor):
-            state_batch = value.shape[0]
+    batch_first = [nodes[k][0] for k, kind in zip(node_keys, state_types) if kind in _BATCH_FIRST]
+    batch_first += [v for v in delayed.values() if isinstance(v, torch.Tensor)]
+    state_batch = batch_first[0].shape[0] if batch_first else None
     if batch is not None and state_batch is not None and state_batch not in (batch, 1):
         raise StateError(
             f"the state holds a batch of {state_batch} but the input a batch of {batch}; keep the "
@@ -134,9 +131,6 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
             "state=None to start a new one"
         )
     return nodes, delayed, *checked
-
-
-_MISSING = object()
 
 
 def _shape_problem(name: str, got: tuple[int, ...], shape: tuple[int, ...]) -> str:

@@ -252,7 +252,7 @@ def _render_nodes(rows: list[tuple[int, dict[str, Any]]]) -> str:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="nirbridge")
 def main() -> None:
-    """Inspect and convert NIR (.nir) files."""
+    """Inspect, convert, run, verify and draw NIR (.nir) files."""
 
 
 @main.command()
@@ -266,7 +266,16 @@ def main() -> None:
     "parameters, incoming edges with delayed (recurrent) ones marked. With --json: a 'node_list' entry.",
 )
 def info(files: tuple[str, ...], as_json: bool, list_nodes: bool) -> None:
-    """Summarise each .nir FILE: version, nodes, edges, shapes, parameters, dt, warnings."""
+    """Summarise each .nir FILE.
+
+    Shows the nir version, nodes by type, edges, input and output shapes, parameters,
+    dt and warnings; --nodes adds every node with its incoming edges.
+
+    \b
+    Example:
+      nirbridge info model.nir
+      nirbridge info --nodes --json model.nir other.nir
+    """
     summaries = []
     tables = []
     failed = False
@@ -731,8 +740,10 @@ def verify_command(
     atol: float,
     rtol: float,
 ) -> None:
-    """Run FILE in nirbridge and in each --against on the same random spikes, and
-    compare every node. Exit status 1, with the divergence table, when they differ.
+    """Check FILE runs the same in nirbridge and elsewhere.
+
+    Runs FILE in nirbridge and in each --against on the same random spikes and
+    compares every node. Exit status 1, with the divergence table, when they differ.
 
     \b
     Example:
@@ -774,9 +785,11 @@ def verify_command(
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 def support(as_json: bool) -> None:
-    """Show what converts to what: for each NIR type, the module nirbridge builds for
-    it, the torch modules exported as it, and the norse and snntorch modules
-    (⇄ both ways, → NIR export only, ← NIR import only).
+    """Show what converts to what, as a table.
+
+    For each NIR type: the module nirbridge builds for it, the torch modules exported
+    as it, and the norse and snntorch modules (⇄ both ways, → NIR export only, ← NIR
+    import only).
 
     \b
     Example:
@@ -817,8 +830,10 @@ def support(as_json: bool) -> None:
 )
 @_one_line_errors("draw")
 def draw(file: str, output: str, engine: str) -> None:
-    """Draw FILE's graph: node names, types and shapes, delayed (recurrent) edges
-    dashed and red, nested graphs as boxes.
+    """Draw FILE's graph, its recurrent edges marked.
+
+    Boxes show node names, types and shapes; delayed (recurrent) edges are dashed and
+    red; nested graphs are boxes around their nodes.
 
     \b
     Example:

@@ -162,8 +162,7 @@ def test_every_command_has_help_with_an_example():
     for command, result in zip(commands, results):
         assert result.returncode == 0, result.stderr
         assert f"Usage: nirbridge {command}" in result.stdout
-        if command != "info":
-            assert "Example:" in result.stdout and f"nirbridge {command} " in result.stdout
+        assert "Example:" in result.stdout and f"nirbridge {command} " in result.stdout
     top = nirbridge_cli("--help")
     assert all(command in top.stdout for command in commands)
 

@@ -83,19 +83,30 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
     """Check one call's inputs and state; return ``(node_states, delayed, *inputs)``,
     the inputs cast to ``reference``'s dtype where they are bool or integer.
 
-    ``spec`` is ``(input names, input shapes (None where unknown), stateful node names,
-    their state type names (None where unknown), delayed sources)``, fixed when the
-    module is built.
+    ``spec`` is ``(top level?, input names, input shapes (None where unknown), stateful
+    node names, their state type names (None where unknown), delayed sources)``, fixed
+    when the module is built; a nested graph's inputs come checked from its parent.
     """
-    names, shapes, node_keys, state_types, delayed_keys = spec
-    dtype = reference.dtype
+    top, names, shapes, node_keys, state_types, delayed_keys = spec
     batch = None
     checked = []
     for name, x, shape in zip(names, inputs, shapes):
+        if not top:  # a nested graph: its parent checked and cast the input
+            checked.append(x)
+            batch = x.shape[0]
+            continue
         if not isinstance(x, torch.Tensor):
             raise InputError(f"input {name!r} is a {type(x).__name__}; pass a tensor [B, ...]")
+        if x.dim() == 0:
+            raise InputError(f"input {name!r} is a number (0-d tensor); pass a batch of values [B, ...]")
+        if x.device != reference.device:
+            raise InputError(
+                f"input {name!r} is on {x.device} but the module on {reference.device}; "
+                f"pass x.to({str(reference.device)!r})"
+            )
         if shape is not None and x.shape[1:] != shape:
             raise InputError(_shape_problem(name, tuple(x.shape), shape))
+        dtype = reference.dtype
         if not x.is_floating_point():
             if x.is_complex():
                 raise InputError(f"input {name!r} is complex ({x.dtype}); pass real values")

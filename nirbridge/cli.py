@@ -398,7 +398,10 @@ def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | Non
                         "Store one dataset per Input node, named after it"
                     )
                 chosen = {n: datasets[n] for n in shapes}
-            arrays = {n: np.asarray(d[: steps if steps else None]) for n, d in chosen.items()}
+            scalar = [n for n, d in chosen.items() if d.ndim == 0]
+            if scalar:
+                raise InputError(f"{path}: dataset(s) {scalar} hold a single value; store [T, B, ...] spikes")
+            arrays = {n: np.asarray(d[:steps]) for n, d in chosen.items()}
     except OSError as error:
         raise NirFileError(f"{path}: not an HDF5 file, or a damaged one ({error})") from None
     inputs = {}
@@ -638,6 +641,8 @@ def run_command(
 
     if plot is not None:
         _picture_format(plot)  # before the run, not after it
+    if steps is not None and steps < 1:
+        raise ParameterError(f"--steps {steps}: run at least one step")
     graph = _graph(file)
     shapes = (
         _input_shapes(graph, file)
@@ -650,7 +655,7 @@ def run_command(
         inputs = _spikes_file(input_file, shapes, steps)
         source = input_file
     else:
-        inputs = _random_spikes(shapes, steps or 100, batch, rate, seed)
+        inputs = _random_spikes(shapes, 100 if steps is None else steps, batch, rate, seed)
         source = f"random spikes, rate {rate:g}, seed {seed}"
     module = interpret.nir_to_torch(graph, dt=dt)
     first = next(iter(inputs.values()))

@@ -129,7 +129,7 @@ def nir_to_torch(
     if not target_dtype.is_floating_point:
         raise ParameterError(f"nir_to_torch(dtype=...) must be a floating dtype, got {dtype}")
 
-    _check_time_constants(graph, dt)
+    _check_time_constants(graph, dt, merged)
     if isinstance(graph, nir.NIRGraph) and nir.NIRGraph not in merged:
         _check_supported(graph, merged)
         the_plan = graph_utils.plan(graph)
@@ -166,9 +166,9 @@ def _make_trainable(module: torch.nn.Module, trainable: Iterable[str] | bool) ->
             f"they have {available or 'none (no nirbridge neurons in the graph)'}"
         )
     for population in populations:
-        for name in names & set(population.params):
-            value = population._buffers.pop(name)
-            population.register_parameter(name, torch.nn.Parameter(value))
+        for name in population.params:  # in the module's order, whatever the set's
+            if name in names:
+                population.register_parameter(name, torch.nn.Parameter(population._buffers.pop(name)))
 
 
 def _time_step(graph: nir.NIRNode, dt: Any) -> float:
@@ -239,37 +239,45 @@ _TIME_CONSTANTS = {  # neuron type: (time constant, the factor an exporter scale
 }
 
 
-def _check_time_constants(graph: nir.NIRNode, dt: float) -> None:
+def _check_time_constants(graph: nir.NIRNode, dt: float, node_map: Mapping[type, Any]) -> None:
     """Warn (:class:`DtWarning`) about neurons whose dt/τ is 1 or more, where forward
-    Euler overshoots or blows up, saying which dt the file's exporter likely meant."""
+    Euler overshoots or blows up, saying which dt the file's exporter likely meant.
+    Nodes with another converter than nirbridge's own are left to it, and parameters
+    that do not fit are left to the conversion to report."""
     problems: dict[str, list[str]] = {}
     likely: set[float] = set()
+
+    def check(node: Any, name: str, tau_field: str, scale_field: str) -> None:
+        tau = np.asarray(getattr(node, tau_field, np.inf), dtype=np.float64)
+        if tau.size == 0 or not np.all(np.isfinite(tau)) or np.any(tau <= 0):
+            return
+        ratio = dt / float(tau.min())
+        if ratio < 1:
+            return
+        problems.setdefault(f"{name!r} ({type(node).__name__})", []).append(f"dt/{tau_field} = {ratio:.3g}")
+        # exporters that scale by dt store tau/dt (snntorch: r = tau_mem/dt, w_in = tau_syn/dt)
+        scale = np.asarray(getattr(node, scale_field, 1.0), dtype=np.float64)
+        meant = np.broadcast_to(
+            tau / np.where(scale == 0, np.nan, scale), np.broadcast_shapes(tau.shape, scale.shape)
+        )
+        if meant.size and np.all(np.isfinite(meant)) and np.ptp(meant) <= 1e-6 * abs(meant.flat[0]):
+            if float(meant.flat[0]) < float(tau.min()) and not math.isclose(float(meant.flat[0]), dt):
+                likely.add(float(np.float32(meant.flat[0])))
 
     def visit(node: Any, name: str) -> None:
         if isinstance(node, nir.NIRGraph):
             for child, sub in node.nodes.items():
                 visit(sub, f"{name}.{child}" if name else child)
             return
+        if node_map.get(type(node)) is not DEFAULT_MAP.get(type(node)):
+            return  # the user's converter: its own integrator, its own rules for dt
         for tau_field, scale_field in next(
             (v for k, v in _TIME_CONSTANTS.items() if isinstance(node, k)), ()
         ):
-            tau = np.asarray(getattr(node, tau_field, np.inf), dtype=np.float64)
-            if tau.size == 0 or not np.all(np.isfinite(tau)) or np.any(tau <= 0):
-                continue
-            ratio = dt / float(tau.min())
-            if ratio < 1:
-                continue
-            problems.setdefault(f"{name!r} ({type(node).__name__})", []).append(
-                f"dt/{tau_field} = {ratio:.3g}"
-            )
-            # exporters that scale by dt store tau/dt (snntorch: r = tau_mem/dt, w_in = tau_syn/dt)
-            scale = np.asarray(getattr(node, scale_field, 1.0), dtype=np.float64)
-            meant = np.broadcast_to(
-                tau / np.where(scale == 0, np.nan, scale), np.broadcast_shapes(tau.shape, scale.shape)
-            )
-            if meant.size and np.all(np.isfinite(meant)) and np.ptp(meant) <= 1e-6 * abs(meant.flat[0]):
-                if float(meant.flat[0]) < float(tau.min()) and not math.isclose(float(meant.flat[0]), dt):
-                    likely.add(float(np.float32(meant.flat[0])))
+            try:
+                check(node, name, tau_field, scale_field)
+            except (TypeError, ValueError):
+                continue  # parameters that do not fit: the conversion names them
 
     visit(graph, "")
     if not problems:
@@ -528,6 +536,7 @@ def _build(
     root.register_buffer(_DTYPE, torch.empty(0), persistent=False)
     stateful_names = tuple(n for n in the_plan.order if stateful.get(n))
     spec = (
+        not path,  # a nested graph's input comes from its parent, checked there
         tuple(the_plan.inputs),
         tuple(_known(shapes.outputs.get(name)) for name in the_plan.inputs),
         stateful_names,

@@ -144,3 +144,42 @@ def test_the_checks_do_not_touch_the_data_or_the_state_passed_in(gm):
     before = {k: v.clone() for k, v in state["delayed"].items()}
     gm(x, state)
     assert all(torch.equal(state["delayed"][k], v) for k, v in before.items())
+
+
+def test_a_nested_graph_under_autocast_and_odd_inputs():
+    """A nested graph's input comes checked from its parent (under autocast it is bf16 there)."""
+    inner = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([4])),
+            "lif": nir.LIF(np.full(4, 1e-3), np.ones(4), np.zeros(4), np.ones(4), np.zeros(4)),
+            "output": nir.Output(np.array([4])),
+        },
+        edges=[("input", "lif"), ("lif", "output")],
+        type_check=False,
+    )
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "fc": nir.Affine(np.ones((4, 3)), np.zeros(4)),
+            "block": inner,
+            "output": nir.Output(np.array([4])),
+        },
+        edges=[("input", "fc"), ("fc", "block"), ("block", "output")],
+        metadata={"dt": 1e-4},
+        type_check=False,
+    )
+    gm = nirbridge.nir_to_torch(graph)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, state = gm(torch.rand(2, 3))
+        gm(torch.rand(2, 3), state)
+    assert out.shape == (2, 4)
+    with pytest.raises(nirbridge.InputError, match="is a number"):
+        gm(torch.tensor(0.7))
+    meta = gm.meta["nirbridge"]
+    assert meta["inputs"] == ["input"]
+
+
+def test_the_trainable_parameters_come_in_the_modules_order():
+    gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-4, trainable=("v_threshold", "r", "tau_mem"))
+    names = [n for n, _ in gm.named_parameters() if n.startswith("lif2.")]
+    assert names == ["lif2.tau_mem", "lif2.r", "lif2.v_threshold"]  # CubaLIF's params order

@@ -237,6 +237,8 @@ def test_run_with_random_input_and_bad_input_files(tmp_path):
     assert any(line.split()[:4] == ["lif2", "spikes", "7", "neurons"] for line in result.stdout.splitlines())
     with h5py.File(tmp_path / "wrong.h5", "w") as file:
         file["input"] = np.zeros((5, 2, 13))
+    with h5py.File(tmp_path / "scalar.h5", "w") as file:
+        file["input"] = 1.0
     with h5py.File(tmp_path / "two.h5", "w") as file:
         file["a"] = np.zeros((5, 12))
         file["b"] = np.zeros((5, 12))
@@ -247,6 +249,8 @@ def test_run_with_random_input_and_bad_input_files(tmp_path):
             ["run", BRAILLE, "--dt", "1e-4", "--rate", "2"],
             ["run", BRAILLE, "--dt", "1e-4", "--record", "nowhere"],
             ["run", BRAILLE, "--dt", "1e-4", "--plot", tmp_path / "raster.bmp"],
+            ["run", BRAILLE, "--dt", "1e-4", "--steps", "0"],
+            ["run", BRAILLE, "--dt", "1e-4", "--input", tmp_path / "scalar.h5"],
         ]
     )
     expected = [
@@ -255,6 +259,8 @@ def test_run_with_random_input_and_bad_input_files(tmp_path):
         "--rate 2.0: a spike probability per step, between 0 and 1",
         "nowhere",
         "--plot",
+        "--steps 0: run at least one step",
+        "dataset(s) ['input'] hold a single value",
     ]
     for result, text in zip(results, expected):
         assert result.returncode == 1 and text in result.stderr, result.stderr

@@ -854,3 +854,24 @@ def test_a_graph_of_stateless_layers_needs_no_dt():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         nirbridge.nir_to_torch(graph)
+
+
+def test_the_dt_check_leaves_bad_parameters_and_other_converters_alone():
+    lif = nir.LIF(np.full(4, 1e-4), np.ones(4), np.zeros(4), np.ones(4), np.zeros(4))
+    lif.r = np.ones(3)  # does not fit tau's shape (nir's constructor refuses it; files can hold it)
+    graph = nir.NIRGraph(
+        nodes={"input": nir.Input(np.array([4])), "lif": lif, "output": nir.Output(np.array([4]))},
+        edges=[("input", "lif"), ("lif", "output")],
+        type_check=False,
+    )
+    with pytest.raises(nirbridge.NodeConversionError, match="'lif'"), pytest.warns(nirbridge.DtWarning):
+        nirbridge.nir_to_torch(graph, dt=1e-3)  # the dt/tau warning, then the shapes' error, not numpy's
+    graph.nodes["lif"].r = np.array(["a"] * 4)
+    with pytest.raises(nirbridge.NodeConversionError, match="'lif'"), pytest.warns(nirbridge.DtWarning):
+        nirbridge.nir_to_torch(graph, dt=1e-3)
+    graph.nodes["lif"] = nir.LIF(np.full(4, 1e-4), np.ones(4), np.zeros(4), np.ones(4), np.zeros(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the user's own integrator: its own rules for dt
+        nirbridge.nir_to_torch(graph, node_map={nir.LIF: lambda node: torch.nn.Identity()}, dt=1e-3)
+    with pytest.warns(nirbridge.DtWarning, match="'lif' \\(LIF\\): dt/tau = 10"):
+        nirbridge.nir_to_torch(graph, dt=1e-3)

@@ -131,10 +131,19 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
         or not all(key in delayed for key in delayed_keys)
     ):
         check_keys(nodes, delayed, node_keys, delayed_keys, "state")  # raises, listing them
-    check_types(nodes, node_keys, state_types, "state")
-    batch_first = [nodes[k][0] for k, kind in zip(node_keys, state_types) if kind in _BATCH_FIRST]
-    batch_first += [v for v in delayed.values() if isinstance(v, torch.Tensor)]
-    state_batch = batch_first[0].shape[0] if batch_first else None
+    state_batch = None  # from the first entry that is batch first
+    for key, kind in zip(node_keys, state_types):  # one pass: types, and the state's batch
+        if kind is not None:
+            entry = nodes[key]
+            if type(entry).__name__ != kind:
+                check_types(nodes, node_keys, state_types, "state")  # raises, listing them all
+            if state_batch is None and kind in _BATCH_FIRST:
+                state_batch = entry[0].shape[0]
+    if state_batch is None:
+        for value in delayed.values():
+            if isinstance(value, torch.Tensor):
+                state_batch = value.shape[0]
+                break
     if batch is not None and state_batch is not None and state_batch not in (batch, 1):
         raise StateError(
             f"the state holds a batch of {state_batch} but the input a batch of {batch}; keep the "

@@ -129,7 +129,7 @@ def nir_to_torch(
     if not target_dtype.is_floating_point:
         raise ParameterError(f"nir_to_torch(dtype=...) must be a floating dtype, got {dtype}")
 
-    _check_time_constants(graph, dt, merged)
+    _check_time_constants(graph, dt)
     if isinstance(graph, nir.NIRGraph) and nir.NIRGraph not in merged:
         _check_supported(graph, merged)
         the_plan = graph_utils.plan(graph)
@@ -239,11 +239,11 @@ _TIME_CONSTANTS = {  # neuron type: (time constant, the factor an exporter scale
 }
 
 
-def _check_time_constants(graph: nir.NIRNode, dt: float, node_map: Mapping[type, Any]) -> None:
+def _check_time_constants(graph: nir.NIRNode, dt: float) -> None:
     """Warn (:class:`DtWarning`) about neurons whose dt/τ is 1 or more, where forward
     Euler overshoots or blows up, saying which dt the file's exporter likely meant.
-    Nodes with another converter than nirbridge's own are left to it, and parameters
-    that do not fit are left to the conversion to report."""
+    (nirbridge's neurons and the snntorch and norse adapters' all step with forward
+    Euler.) Parameters that do not fit are left to the conversion to report."""
     problems: dict[str, list[str]] = {}
     likely: set[float] = set()
 
@@ -269,8 +269,6 @@ def _check_time_constants(graph: nir.NIRNode, dt: float, node_map: Mapping[type,
             for child, sub in node.nodes.items():
                 visit(sub, f"{name}.{child}" if name else child)
             return
-        if node_map.get(type(node)) is not DEFAULT_MAP.get(type(node)):
-            return  # the user's converter: its own integrator, its own rules for dt
         for tau_field, scale_field in next(
             (v for k, v in _TIME_CONSTANTS.items() if isinstance(node, k)), ()
         ):

@@ -183,3 +183,10 @@ def test_the_trainable_parameters_come_in_the_modules_order():
     gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-4, trainable=("v_threshold", "r", "tau_mem"))
     names = [n for n, _ in gm.named_parameters() if n.startswith("lif2.")]
     assert names == ["lif2.tau_mem", "lif2.r", "lif2.v_threshold"]  # CubaLIF's params order
+
+
+def test_an_input_on_another_device_names_both(gm):
+    with pytest.raises(
+        nirbridge.InputError, match=r"input 'input' is on meta but the module on cpu; pass x.to\('cpu'\)"
+    ):
+        gm(torch.zeros(2, 12, device="meta"))

@@ -54,15 +54,6 @@ _NOT_PARAMETERS = {
 }
 
 
-def _shape(types: Any) -> list[int] | None:
-    """A node's declared shape, or None where it is unknown or not a list of integers."""
-    value = next(iter(types.values()), None) if isinstance(types, dict) else None
-    array = np.asarray(value) if value is not None else None
-    if array is None or array.dtype.kind not in "iu":
-        return None
-    return [int(v) for v in array.reshape(-1)]
-
-
 def _dt(metadata: Any) -> float | None:
     """metadata["dt"] as a float, None where absent, not one number, or not finite."""
     value = metadata.get("dt") if isinstance(metadata, dict) else None
@@ -132,8 +123,16 @@ def summarize(loaded: NirFile) -> dict[str, Any]:
         "edges": edges,
         "subgraphs": types.get("NIRGraph", 0),
         "node_types": dict(sorted(types.items(), key=lambda item: (-item[1], item[0]))),
-        "inputs": {n: _shape(v.input_type) for n, v in graph.nodes.items() if isinstance(v, nir.Input)},
-        "outputs": {n: _shape(v.output_type) for n, v in graph.nodes.items() if isinstance(v, nir.Output)},
+        "inputs": {
+            n: graph_utils.declared_shape(v.input_type)
+            for n, v in graph.nodes.items()
+            if isinstance(v, nir.Input)
+        },
+        "outputs": {
+            n: graph_utils.declared_shape(v.output_type)
+            for n, v in graph.nodes.items()
+            if isinstance(v, nir.Output)
+        },
         "parameters": sum(values.values()),
         "parameter_bytes": size,
         "parameters_by_dtype": dict(sorted(values.items(), key=lambda item: (-item[1], item[0]))),
@@ -201,8 +200,8 @@ def _node_rows(graph: nir.NIRGraph) -> list[tuple[int, dict[str, Any]]]:
                 "name": f"{prefix}{name}",
                 "graph": path,
                 "type": type(node).__name__,
-                "input_shape": _shape(node.input_type),
-                "output_shape": _shape(node.output_type),
+                "input_shape": graph_utils.declared_shape(node.input_type),
+                "output_shape": graph_utils.declared_shape(node.output_type),
                 "parameters": _parameters(node),
                 "inputs": [
                     {"source": f"{prefix}{source}", "delayed": delayed}
@@ -351,7 +350,7 @@ def _input_shapes(graph: nir.NIRGraph, path: str) -> dict[str, tuple[int, ...]]:
     shapes = {}
     for name, node in graph.nodes.items():
         if isinstance(node, nir.Input):
-            shape = _shape(node.input_type)
+            shape = graph_utils.declared_shape(node.input_type)
             if shape is None:
                 raise InputError(
                     f"{path}: input {name!r} has no declared shape, so random spikes cannot be made "
@@ -648,7 +647,9 @@ def run_command(
         _input_shapes(graph, file)
         if input_file is None
         else {
-            n: tuple(_shape(v.input_type) or ()) for n, v in graph.nodes.items() if isinstance(v, nir.Input)
+            n: tuple(graph_utils.declared_shape(v.input_type) or ())
+            for n, v in graph.nodes.items()
+            if isinstance(v, nir.Input)
         }
     )
     if input_file is not None:

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import nir
-import numpy as np
 
 from . import graph as graph_utils
 from .errors import NirBridgeError
@@ -50,14 +49,8 @@ def _kind(node: nir.NIRNode) -> str:
 
 def _shape(node: nir.NIRNode) -> str:
     """A node's output shape as ``(3, 4)``, or '' where it is not known."""
-    types = getattr(node, "output_type", None)
-    value = next(iter(types.values()), None) if isinstance(types, dict) and types else None
-    if value is None:
-        return ""
-    array = np.asarray(value)
-    if array.dtype.kind not in "iu":
-        return ""
-    return str(tuple(int(v) for v in array.reshape(-1)))
+    shape = graph_utils.declared_shape(getattr(node, "output_type", None))
+    return str(tuple(shape)) if shape is not None else ""
 
 
 @dataclasses.dataclass

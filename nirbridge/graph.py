@@ -37,6 +37,7 @@ __all__ = [
     "check_edges",
     "check_structure",
     "cycles",
+    "declared_shape",
     "evaluation_order",
     "Shapes",
     "infer_shapes",
@@ -272,6 +273,16 @@ def cycles(the_plan: Plan) -> list[tuple[list[str], bool]]:
 
 
 # ----------------------------------------------------------------------------- shapes
+
+
+def declared_shape(types: Any) -> list[int] | None:
+    """The shape a node declares in its ``input_type`` or ``output_type`` dict (the first
+    entry), or None where it is missing or not a list of integers."""
+    value = next(iter(types.values()), None) if isinstance(types, dict) else None
+    array = np.asarray(value) if value is not None else None
+    if array is None or array.dtype.kind not in "iu":
+        return None
+    return [int(v) for v in array.reshape(-1)]
 
 
 def _shape(value: Any) -> Shape | None:

@@ -1,6 +1,7 @@
 # Set-up on a fresh machine: both targets create .venv and install everything.
-# torch is installed first as the CPU build (2.13.0); norse goes in with --no-deps
-# because it declares torchvision, which would pull a CUDA build of torch;
+# torch is installed first as the CPU build (2.13.0); norse and spikingjelly (a peer in
+# benchmarks/bench_run.py) go in with --no-deps because they declare torchvision, which
+# would pull a CUDA build of torch (spikingjelly's one other import, loguru, is named);
 # elasticai.creator 0.66.0 goes in with --no-deps as well (it declares hardware
 # simulation packages the IR does not use), after tomlkit and pyserial, which it does
 # use (click is already a nirbridge dependency): installed last, --no-deps packages
@@ -20,10 +21,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[dev,snntorch]" tomlkit pyserial
-	$(PIP) install -q --no-deps norse==1.1.0
+	$(PIP) install -q -e ".[dev,snntorch]" tomlkit pyserial loguru
+	$(PIP) install -q --no-deps norse==1.1.0 spikingjelly==2.0.0
 	$(PIP) install -q --no-deps elasticai.creator==0.66.0
-	$(PY) -c "import torch, nir, norse, snntorch, nirtorch, elasticai.creator.torch2ir; assert torch.version.cuda is None, 'CUDA torch installed'"
+	$(PY) -c "import torch, nir, norse, snntorch, nirtorch, spikingjelly.activation_based, elasticai.creator.torch2ir; assert torch.version.cuda is None, 'CUDA torch installed'"
 	touch $(STAMP)
 
 demo: $(STAMP)

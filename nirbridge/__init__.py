@@ -12,7 +12,10 @@ from . import neurons as neurons
 from . import testing as testing
 from .data import read_data as read_data
 from .data import write_data as write_data
+from .engine.precision import precision as precision
+from .engine.schedule import RecordError as RecordError
 from .errors import AssumedDtWarning as AssumedDtWarning
+from .errors import BackendUnavailableError as BackendUnavailableError
 from .errors import CompileWarning as CompileWarning
 from .errors import DtWarning as DtWarning
 from .errors import GraphStructureError as GraphStructureError
@@ -40,7 +43,6 @@ from .io import write as write
 from .run import Run as Run
 from .run import SequenceModule as SequenceModule
 from .run import run as run
-from .schedule import RecordError as RecordError
 from .state import StateError as StateError
 from .trace import torch_to_nir as torch_to_nir
 from .verify import Report as Report
@@ -52,6 +54,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_MAP",
     "AssumedDtWarning",
+    "BackendUnavailableError",
     "CompileWarning",
     "DtWarning",
     "GraphStructureError",
@@ -81,6 +84,7 @@ __all__ = [
     "__version__",
     "neurons",
     "nir_to_torch",
+    "precision",
     "read",
     "read_data",
     "run",

@@ -128,6 +128,11 @@ class ParameterError(NirBridgeError, ValueError):
     """A parameter value is unusable (wrong shape, wrong kind, out of range)."""
 
 
+class BackendUnavailableError(ParameterError):
+    """``run(backend=...)`` names a back-end that cannot run here; the message says why
+    and which back-end to use instead."""
+
+
 class NirFileError(NirBridgeError):
     """A .nir file cannot be read or written; the message names the file."""
 

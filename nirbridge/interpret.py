@@ -29,6 +29,7 @@ import torch.fx as fx
 from . import graph as graph_utils
 from . import layers, neurons
 from .checks import check_step, state_type_name
+from .engine import precision as _precision
 from .errors import (
     AssumedDtWarning,
     DtWarning,
@@ -383,10 +384,26 @@ def delayed_only(
 
 
 class NIRGraphModule(fx.GraphModule):
-    """The GraphModule :func:`nir_to_torch` returns. Its generated ``forward`` reaches
-    each submodule through ``self.<name>``; torch resolves that in ``__getattr__``,
-    looking through parameters and buffers first. Submodules are looked up first here,
-    saving ~1 µs per node and step (the lookup is live, so replaced modules are seen)."""
+    """The GraphModule :func:`nir_to_torch` returns.
+
+    Each call computes float32 convolutions and matrix products in full float32 (no
+    TF32) unless a :func:`nirbridge.precision` policy is in force, and leaves torch's
+    settings as they were (see :mod:`nirbridge.engine.precision`).
+
+    Its generated ``forward`` reaches each submodule through ``self.<name>``; torch
+    resolves that in ``__getattr__``, looking through parameters and buffers first.
+    Submodules are looked up first here, saving ~1 µs per node and step (the lookup is
+    live, so replaced modules are seen)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _precision.active() is not None or torch.compiler.is_compiling():
+            return super().__call__(*args, **kwargs)
+        reference = self.__dict__["_buffers"].get(_DTYPE)
+        token = _precision.enter("exact", reference.device.type if reference is not None else None)
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            _precision.leave(token)
 
     def __getattr__(self, name: str) -> Any:
         modules = self.__dict__.get("_modules")
@@ -626,6 +643,8 @@ def _build(
         # how one step is evaluated, for nirbridge.run's time-batched schedule
         "plan": the_plan,
         "late_shapes": late_shapes,
+        # values per sample of each node's output, for the length of run's chunks
+        "widths": {name: _width(shapes.outputs.get(name)) for name in module_paths},
         # what torch_to_nir needs to export the graph again with current parameters
         "order": list(nodes),
         "edges": [(str(a), str(b)) for a, b in graph.edges],
@@ -641,6 +660,14 @@ def _build(
 
 
 _DTYPE = "_nirbridge_dtype"  # an empty buffer: the module's dtype, for casting spike inputs
+
+
+def _width(shape: Any) -> int | None:
+    try:
+        known = _known(shape)
+    except (TypeError, ValueError):
+        return None
+    return math.prod(known) if known is not None and all(n > 0 for n in known) else None
 
 
 def _known(shape: Any) -> tuple[int, ...] | None:

@@ -72,7 +72,12 @@ class Threshold(torch.nn.Module):
 
 
 class SumPool2d(torch.nn.Module):
-    """Sum over each pooling window, zero padding counted (avg pool times window size)."""
+    """Sum over each pooling window, zero padding counted.
+
+    Each window's rows are added first (in row order), then the row sums (in column
+    order), as strided slices: for 2x2 windows two additions over the input, several
+    times faster than ``avg_pool2d(..., divisor_override=1)`` on the CPU.
+    """
 
     def __init__(
         self, kernel_size: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]
@@ -84,9 +89,20 @@ class SumPool2d(torch.nn.Module):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.avg_pool2d(
-            x, self.kernel_size, self.stride, self.padding, count_include_pad=True, divisor_override=1
-        )
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel_size, self.stride, self.padding
+        if ph or pw:
+            x = F.pad(x, (pw, pw, ph, ph))
+        rows = (x.shape[-2] - kh) // sh + 1
+        cols = (x.shape[-1] - kw) // sw + 1
+        if rows < 1 or cols < 1:
+            return F.avg_pool2d(x, (kh, kw), (sh, sw), 0, divisor_override=1)  # torch's error
+        total = x[..., 0 : sh * (rows - 1) + 1 : sh, :]
+        for i in range(1, kh):
+            total = total + x[..., i : i + sh * (rows - 1) + 1 : sh, :]
+        out = total[..., 0 : sw * (cols - 1) + 1 : sw]
+        for j in range(1, kw):
+            out = out + total[..., j : j + sw * (cols - 1) + 1 : sw]
+        return out if kh * kw > 1 else out.clone()
 
 
 class Flatten(torch.nn.Flatten):

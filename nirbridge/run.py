@@ -23,16 +23,25 @@ import numpy as np
 import torch
 
 from .checks import check_keys, check_types, state_type_name
+from .engine import Backend, backend_for
+from .engine import precision as _precision
+from .engine.eager import eager_stepper
+from .engine.schedule import (
+    SPIKING,
+    Level,
+    RecordError,
+    Request,
+    chunk_length,
+    is_built,
+    level_of,
+    step_bytes,
+)
 from .errors import InputError, ParameterError
-from .schedule import SPIKING, Level, RecordError, Request, is_built, level_of, run_chunk
 from .state import NODES, StateError, unpack_state
 
-__all__ = ["CHUNK_BYTES", "Run", "SequenceModule", "run"]
+__all__ = ["Run", "SequenceModule", "run"]
 
-CHUNK_BYTES = 8 << 20
-"""Automatic chunking keeps the values one chunk computes around this many bytes."""
-
-_FIRST_CHUNK = 16  # steps run before the chunk length is chosen from what they allocated
+_FIRST_CHUNK = 4  # steps run before the chunk length is chosen, where shapes are not declared
 _PROGRESS_DELAY = 2.0  # seconds before an automatic progress bar appears
 
 
@@ -111,6 +120,8 @@ def run(
     record: str | Iterable[str] = (),
     dt: float | None = None,
     chunk: int | None = None,
+    backend: Backend = "auto",
+    precision: _precision.Precision = "exact",
     compile: bool = False,
     progress: bool | None = None,
     bool_spikes: bool = False,
@@ -140,11 +151,21 @@ def run(
             variable, ``"outputs"`` for every node's output.
         dt: for a graph or path, the time step to build it with; for a built
             module, it must match the module's own time step (rebuild otherwise).
-        chunk: time steps per chunk; ``None`` picks one that keeps a chunk's values
-            near :data:`CHUNK_BYTES`. Results do not depend on it.
-        compile: run each chunk as one ``torch.compile``'d function (see
-            :mod:`nirbridge.compiled`); falls back to eager with a warning if
-            compilation fails.
+        chunk: time steps per chunk; ``None`` picks one from the nodes' sizes (see
+            :func:`nirbridge.engine.schedule.chunk_length`: short for large
+            convolutions, long for small dense layers). Results do not depend on it.
+        backend: ``"eager"`` (torch operations and in-place neuron kernels; every
+            device; gradients), ``"compile"`` (each chunk as one ``torch.compile``'d
+            function, time loops included, see :mod:`nirbridge.engine.compile`; falls
+            back to eager with a warning if compilation fails, and runs eagerly when
+            gradients are needed), ``"triton"`` (GPU kernels, not in this version), or
+            ``"auto"``: the fastest exact one for a single run, today ``"eager"``.
+        precision: ``"exact"``: float32 convolutions and matrix products in full
+            float32 (no TF32) and no fused multiply-adds in compiled kernels, so results
+            equal stepping on every device; ``"fast"``: TF32 and contraction where the
+            hardware has them (see :mod:`nirbridge.engine.precision`). torch's own
+            settings are as they were after the call.
+        compile: ``True`` is ``backend="compile"``.
         progress: a tqdm progress bar; ``None`` shows one in a terminal or notebook
             once a run has taken two seconds.
         bool_spikes: store recorded spikes, and outputs that are spikes, as
@@ -168,12 +189,20 @@ def run(
     request = _request(level, record)
     if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
         raise ParameterError(f"run(chunk={chunk!r}): give a whole number of time steps, at least 1")
+    _precision.check(precision, "run")
+    if compile and backend not in ("auto", "compile"):
+        raise ParameterError(f"run(compile=True, backend={backend!r}): compile=True is backend='compile'")
+    chosen = backend_for("compile" if compile else backend)
 
-    stepper = _eager_stepper(module, level, request)
-    if compile:
-        from .compiled import compiled_stepper
+    stepper = eager_stepper(module, level, request)
+    if chosen == "compile":
+        from .engine.compile import compiled_stepper
 
         stepper = compiled_stepper(module, level, request, stepper)
+    elif chosen == "triton":
+        from .engine.triton import triton_stepper
+
+        stepper = triton_stepper(module, level, request)
 
     need_grad = torch.is_grad_enabled() and (
         any(p.requires_grad for p in module.parameters())
@@ -182,29 +211,37 @@ def run(
     )
     spike_types = _spike_types(level, module)
     collector = _Collector(steps, need_grad, bool_spikes)
+    batch = next(iter(sequences.values())).shape[1]
+    known = step_bytes(level, batch, _element_size(dtype)) if level is not None else None
+    length = chunk or (chunk_length(known, batch, steps) if known is not None else min(steps, _FIRST_CHUNK))
     bar = _progress(progress, steps)
     try:
-        start = 0
-        length = chunk or min(steps, _FIRST_CHUNK)
-        while start < steps:
-            stop = min(steps, start + length)
-            xs = {name: _cast(seq[start:stop], dtype, device) for name, seq in sequences.items()}
-            outputs, state, recorded, chunk_bytes = stepper(xs, state)
-            for (path, var), value in recorded.items():
-                collector.add((path, var), value, start, var is None and spike_types.get(path) in SPIKING)
-            same = {id(value): key for key, value in recorded.items()}
-            for name, value in outputs.items():  # an output that is also recorded shares its buffer
-                spikes = spike_types.get(name) in SPIKING
-                collector.add(("", name), value, start, spikes, alias=same.get(id(value)))
-            if chunk is None and start == 0:  # from what the first chunk allocated
-                length = max(_FIRST_CHUNK, min(4096, CHUNK_BYTES * (stop - start) // max(1, chunk_bytes)))
-            if bar is not None:
-                bar.update(stop - start)
-            start = stop
+        with _precision.precision(precision, device):
+            start = 0
+            while start < steps:
+                stop = min(steps, start + length)
+                xs = {name: _cast(seq[start:stop], dtype, device) for name, seq in sequences.items()}
+                outputs, state, recorded, largest = stepper(xs, state)
+                for (path, var), value in recorded.items():
+                    spikes = var is None and spike_types.get(path) in SPIKING
+                    collector.add((path, var), value, start, spikes)
+                same = {id(value): key for key, value in recorded.items()}
+                for name, value in outputs.items():  # an output that is also recorded shares its buffer
+                    spikes = spike_types.get(name) in SPIKING
+                    collector.add(("", name), value, start, spikes, alias=same.get(id(value)))
+                if chunk is None and known is None and start == 0:  # from what the first chunk computed
+                    length = chunk_length(largest, batch, steps)
+                if bar is not None:
+                    bar.update(stop - start)
+                start = stop
     finally:
         if bar is not None:
             bar.close()
     return _assemble(collector, level, spike_types, state, built_dt)
+
+
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
 
 
 def _assemble(
@@ -253,11 +290,11 @@ class SequenceModule(torch.nn.Module):
 
     def __init__(self, module: torch.nn.Module, **options: Any) -> None:
         super().__init__()
-        unknown = set(options) - {"record", "chunk", "compile", "progress", "bool_spikes"}
+        allowed = {"record", "chunk", "backend", "precision", "compile", "progress", "bool_spikes"}
+        unknown = set(options) - allowed
         if unknown:
             raise ParameterError(
-                f"SequenceModule: unknown run options {sorted(unknown)}; "
-                "use record, chunk, compile, progress or bool_spikes"
+                f"SequenceModule: unknown run options {sorted(unknown)}; use {', '.join(sorted(allowed))}"
             )
         self.module = module
         self.options = {"progress": False, **options}
@@ -517,42 +554,6 @@ def _node_paths(level: Level | None) -> dict[str, tuple[str, ...]]:
             else:
                 paths[lv.prefix + name] = (*lv.path, name)
     return paths
-
-
-def _eager_stepper(module: torch.nn.Module, level: Level | None, request: Request) -> Any:
-    """``(xs, state) -> (outputs, state, recorded)`` for one chunk, in eager torch."""
-    if level is not None:
-
-        def step_level(xs: Mapping[str, torch.Tensor], state: Any) -> Any:
-            recorded: dict[Any, torch.Tensor] = {}
-            values, new_state = run_chunk(level, xs, state, request, recorded)
-            outputs = {name: values[name] for name in level.outputs}
-            return outputs, new_state, recorded, _nbytes(values.values())
-
-        return step_level
-
-    from .interpret import forward_takes_state
-
-    stateful = forward_takes_state(type(module))
-
-    def step_module(xs: Mapping[str, torch.Tensor], state: Any) -> Any:
-        x = xs["input"]
-        if not stateful:
-            flat = module(x.reshape(-1, *x.shape[2:]))
-            out = flat.reshape(x.shape[0], x.shape[1], *flat.shape[1:])
-            return {"output": out}, state, {}, _nbytes((x, out))
-        outs = []
-        for t in range(x.shape[0]):
-            out, state = module(x[t], state=state)
-            outs.append(out)
-        out = torch.stack(outs)
-        return {"output": out}, state, {}, _nbytes((x, out))
-
-    return step_module
-
-
-def _nbytes(values: Iterable[Any]) -> int:
-    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 def _any_grad(state: Any) -> bool:

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
+from .engine.schedule import is_built, level_of
 from .errors import NirBridgeError
 from .run import Run, _module, run
-from .schedule import is_built, level_of
 
 __all__ = ["BACKENDS", "Comparison", "Report", "VerifyError", "verify"]
 

@@ -16,9 +16,9 @@ import nir
 import numpy as np
 import torch
 
+from ..engine import kernels as S
 from ..errors import ParameterError
 from . import functional as F
-from . import scan as S
 
 __all__ = ["DEFAULT_DT", "IF", "LI", "LIF", "CubaLI", "CubaLIF", "Delay", "I", "Neuron"]
 
@@ -104,7 +104,7 @@ class Neuron(torch.nn.Module):
 
         Equal to calling ``forward`` ``T`` times. ``traces`` holds the state variables
         after each step (``{"v": [T, B, ...]}``) when ``trace`` is true. Without
-        gradients a fused kernel of :mod:`.scan` runs; with them, the steps.
+        gradients an in-place kernel of :mod:`nirbridge.engine.kernels` runs; with them, the steps.
         """
         if state is None:
             state = self.initial_state(x[0])
@@ -130,7 +130,8 @@ class Neuron(torch.nn.Module):
         raise NotImplementedError
 
     def kernel(self, state: Any, x: torch.Tensor) -> S.Kernel:
-        """An in-place stepper (:mod:`.scan`) starting from ``state``, for inputs like ``x`` ``[B, ...]``."""
+        """An in-place stepper (:mod:`nirbridge.engine.kernels`) starting from ``state``,
+        for inputs like ``x`` ``[B, ...]``."""
         raise NotImplementedError
 
     def _shape(self, x: torch.Tensor) -> torch.Size:

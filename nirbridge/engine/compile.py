@@ -1,17 +1,23 @@
-"""``run(compile=True)``: each chunk of time steps as one ``torch.compile``'d function.
+"""The compile back-end (``run(backend="compile")``, or ``compile=True``): each chunk of
+time steps as one ``torch.compile``'d function.
 
-The function follows :mod:`nirbridge.schedule` (stateless nodes over the whole chunk,
+The function follows :mod:`.schedule` (stateless nodes over the whole chunk,
 neurons and recurrent loops scanned over time), with the time loops written as
 torch's ``scan`` operator, so that the whole chunk, loops included, runs in code that
 inductor generated. It is compiled once per module and record request, with every
 axis dynamic: a different number of steps or batch size does not recompile.
 
 Each step computes what the module's own ``forward`` computes, so results equal
-stepping (the same operations; inductor keeps IEEE semantics, without contraction
-into fused multiply-adds). A chunk starting from a fresh state runs its first step
-eagerly, so that every state the scan carries exists. Compilation happens on the first
-call; if it fails (or a graph break occurs), the run continues eagerly and a
-:class:`nirbridge.CompileWarning` names the reason. Gradients need the eager path.
+stepping: the same operations, with IEEE semantics kept. Under the ``"exact"``
+precision policy (:mod:`.precision`) the generated code has no contraction into fused
+multiply-adds (C++ with ``-ffp-contract=off``; Triton kernels on CUDA with
+``enable_fp_fusion=False``, divisions rounded as eager torch rounds them, denormals
+kept); ``"fast"`` compiles without these guards, separately. A chunk starting from a
+fresh state runs its first step eagerly, so that every state the scan carries exists.
+Compilation happens on the first call; if it fails (or a graph break occurs), the run
+continues eagerly and a :class:`nirbridge.CompileWarning` names the reason. With gradients, chunks run
+eagerly (BPTT runs on the eager back-end), and the first such call says so once,
+with how to get the compiled path: ``torch.no_grad()`` or ``torch.inference_mode()``.
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ from typing import Any
 
 import torch
 
-from .errors import CompileWarning
+from ..errors import CompileWarning
+from ..state import DELAYED, NODES
+from . import precision as _precision
+from .eager import largest_step_bytes
 from .schedule import Level, Request, node_input, state_variables
-from .state import DELAYED, NODES
 
 __all__ = ["compiled_stepper"]
 
@@ -43,9 +51,28 @@ _OPTIONS = {
     # much more when other processes share the cores (matrix products keep torch's threads)
     "cpp.threads": 1,
 }
+# the "exact" policy: no contraction into fused multiply-adds, in C++ (CPU) and in
+# Triton (CUDA: emulate_precision_casts compiles with enable_fp_fusion=False), divisions
+# rounded as eager torch does, denormals not flushed; options this torch lacks are left out
+_EXACT = {
+    "cpp.enable_floating_point_contract_flag": "off",
+    "emulate_precision_casts": True,
+    "eager_numerics.division_rounding": True,
+    "eager_numerics.disable_ftz": True,
+}
+_FAST = {"cpp.enable_floating_point_contract_flag": "fast"}
 # inductor's C++ wrapper (torch 2.13) fails to compile some nested scans (a recurrent
 # subgraph inside a recurrent loop); its Python wrapper is tried next, then eager
-_ATTEMPTS = (_OPTIONS, {k: v for k, v in _OPTIONS.items() if k != "cpp_wrapper"})
+_WRAPPERS = (True, False)
+
+
+def compile_options(mode: str, cpp_wrapper: bool = True) -> dict[str, Any]:
+    """inductor's options for the precision policy ``mode``, those this torch knows."""
+    from torch._inductor import config
+
+    known = set(config.get_config_copy())
+    options = {**_OPTIONS, **(_EXACT if mode == "exact" else _FAST), "cpp_wrapper": cpp_wrapper}
+    return {key: value for key, value in options.items() if key in known}
 
 
 def compiled_stepper(
@@ -55,12 +82,17 @@ def compiled_stepper(
     gradients, and as the fallback when compilation fails."""
     if level is None:
         return eager  # a lone module: nothing to schedule
-    key = _request_key(request)
     cache = _CACHE.setdefault(module, {})
 
     def step(xs: Mapping[str, torch.Tensor], state: Any) -> Any:
         if torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters()):
-            _warn_once(cache, "gradients", "gradients are required, and compiled runs are for inference")
+            _warn_once(
+                cache,
+                "gradients",
+                "gradients are required (the module's parameters require grad), and BPTT runs "
+                "on the eager back-end, so this run and later ones with gradients run eagerly; for "
+                "the compiled path, call run inside torch.no_grad() or torch.inference_mode()",
+            )
             return eager(xs, state)
         if next(iter(xs.values())).shape[0] < 2:
             return eager(xs, state)  # one step: a compiled length-1 scan would compile anew
@@ -70,10 +102,11 @@ def compiled_stepper(
             rest = {name: x[1:] for name, x in xs.items()}
             tail = step(rest, head[1])
             return _join(head, tail)
-        attempt = cache.setdefault(key, _Attempt())
-        while attempt.options < len(_ATTEMPTS):
+        mode = _precision.active() or "exact"
+        attempt = cache.setdefault((_request_key(request), mode), _Attempt())
+        while attempt.options < len(_WRAPPERS):
             if attempt.function is None:
-                attempt.function = _compile(level, request, _ATTEMPTS[attempt.options])
+                attempt.function = _compile(level, request, compile_options(mode, _WRAPPERS[attempt.options]))
             try:
                 # specialize_float: dt and other Python floats as constants (a float read in
                 # two scan bodies crashes dynamo when it is symbolic); and torch's compiler
@@ -85,19 +118,16 @@ def compiled_stepper(
             except Exception as error:  # noqa: BLE001 - any compiler failure falls back
                 attempt.options += 1
                 attempt.function = None
-                if attempt.options == len(_ATTEMPTS):
+                if attempt.options == len(_WRAPPERS):
                     text = str(error).strip()
                     reason = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
                     warnings.warn(
-                        f"run(compile=True): compilation failed, running eagerly instead ({reason})",
+                        f"run(backend='compile'): compilation failed, running eagerly instead ({reason})",
                         CompileWarning,
                         stacklevel=4,
                     )
                 continue
-            nbytes = sum(
-                v.numel() * v.element_size() for v in outputs.values() if isinstance(v, torch.Tensor)
-            )
-            return outputs, new_state, recorded, nbytes
+            return outputs, new_state, recorded, largest_step_bytes(outputs.values())
         return eager(xs, state)
 
     return step
@@ -127,7 +157,7 @@ def _warn_once(cache: dict[Any, Any], what: str, why: str) -> None:
     if cache.get(("warned", what)):
         return
     cache[("warned", what)] = True
-    warnings.warn(f"run(compile=True): {why}; running eagerly", CompileWarning, stacklevel=4)
+    warnings.warn(f"run(backend='compile'): {why}", CompileWarning, stacklevel=4)
 
 
 def _request_key(request: Request) -> Any:
@@ -155,7 +185,7 @@ def _join(head: Any, tail: Any) -> Any:
     """Two consecutive chunk results as one."""
     outputs = {k: _cat(v, tail[0][k]) for k, v in head[0].items()}
     recorded = {k: _cat(v, tail[2][k]) for k, v in head[2].items()}
-    return outputs, tail[1], recorded, head[3] + tail[3]
+    return outputs, tail[1], recorded, max(head[3], tail[3])
 
 
 def _cat(a: Any, b: Any) -> Any:
@@ -165,8 +195,8 @@ def _cat(a: Any, b: Any) -> Any:
 
 
 class _Attempt:
-    """Where compiling one module and request stands: which of ``_ATTEMPTS`` is in use
-    (all tried and failed: ``len(_ATTEMPTS)``) and its compiled function, once made."""
+    """Where compiling one module, request and precision stands: which of ``_WRAPPERS``
+    is in use (all tried and failed: ``len(_WRAPPERS)``) and its compiled function."""
 
     def __init__(self) -> None:
         self.options = 0

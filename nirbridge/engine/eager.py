@@ -1,153 +1,71 @@
-"""The time-batched schedule behind :func:`nirbridge.run`: one module evaluated over a
-chunk of time steps at once, exactly as stepping it would.
+"""The eager back-end: the schedule of :mod:`.schedule` in plain torch operations.
 
-A module built by :func:`nirbridge.nir_to_torch` evaluates its graph one step per call.
-Over a chunk of ``Tc`` steps the same values come out of fewer, larger operations:
-
-* a stateless node outside every cycle (Affine, Linear, Scale, conv, pooling, Flatten,
-  Threshold) runs once on its whole input, the time axis folded into the batch axis
-  (``[Tc, B, ...]`` → ``[Tc·B, ...]``);
-* a stateful node outside every cycle (a neuron, a Delay) is scanned over time, its
-  state carried from step to step;
-* a nested graph outside every cycle is scheduled the same way, recursively;
-* the nodes of a cycle (a strongly connected component: a recurrent loop, a
-  self-loop) are stepped together, in the order one step evaluates them, delayed edges
-  carrying the previous step's output.
-
-Components run in an order where each comes after those that feed it (see
-:func:`nirbridge.graph.cycles`); fan-in sums add the same terms in the same order as a
-step does, so every value equals stepping's, bit for bit where the operations are the
-same. Stateless modules must treat batch rows independently (every NIR primitive
-does).
+Stateless nodes run once over a chunk, nirbridge's neurons outside cycles are scanned
+by the in-place kernels of :mod:`.kernels` (the steps themselves, through the modules'
+``forward``, when gradients are needed), other stateful modules are stepped through
+their ``forward``, and recurrent loops are stepped together. It runs on every device
+and dtype, and it is the back-end gradients flow through (BPTT).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-import torch.fx as fx
 
-from . import graph as graph_utils
-from .errors import NirBridgeError
-from .interpret import add_delayed, delayed_only, forward_takes_state
-from .neurons.modules import Neuron
-from .state import DELAYED, NODES, unpack_state
+from ..neurons.modules import Neuron
+from ..state import DELAYED, NODES, unpack_state
+from .schedule import Level, Recorded, RecordError, Request, node_input, state_variables
 
-__all__ = ["SPIKING", "Level", "level_of", "node_input", "state_variables"]
+__all__ = ["eager_stepper", "run_chunk"]
 
-SPIKING = frozenset({"IF", "LIF", "CubaLIF", "Threshold"})
-"""NIR node types whose output is spikes (0/1)."""
+Stepper = Any  # (xs, state) -> (outputs, state, recorded, largest value's bytes per step)
 
 
-def state_variables(module: torch.nn.Module, state: Any) -> dict[str, torch.Tensor]:
-    """A stateful module's state as named tensors, in NIR's vocabulary (``v``, ``i``).
+def eager_stepper(module: torch.nn.Module, level: Level | None, request: Request) -> Stepper:
+    """``(xs, state) -> (outputs, state, recorded, step_bytes)`` for one chunk, in
+    eager torch; ``step_bytes`` is the largest value's bytes per time step."""
+    if level is not None:
 
-    A module may say how with a ``nir_state(state)`` method (the snntorch adapter
-    does); otherwise NamedTuple fields are used (nirbridge's and norse's states), and a
-    lone tensor is called ``state``. States that are not per-neuron (a Delay's history)
-    give nothing.
-    """
-    hook = getattr(module, "nir_state", None)
-    if callable(hook):
-        return dict(hook(state))
-    if isinstance(state, tuple) and hasattr(state, "_asdict"):
-        return {k: v for k, v in state._asdict().items() if isinstance(v, torch.Tensor)}
-    if isinstance(state, torch.Tensor):
-        return {"state": state}
-    return {}
+        def step_level(xs: Mapping[str, torch.Tensor], state: Any) -> Any:
+            recorded: Recorded = {}
+            values, new_state = run_chunk(level, xs, state, request, recorded)
+            outputs = {name: values[name] for name in level.outputs}
+            return outputs, new_state, recorded, largest_step_bytes(values.values())
 
+        return step_level
 
-@dataclasses.dataclass
-class Level:
-    """One graph level of a built module, as the schedule sees it."""
+    from ..interpret import forward_takes_state
 
-    module: fx.GraphModule
-    prefix: str  # record-key prefix: "" at the top, "sub." inside subgraph "sub"
-    path: tuple[str, ...]  # node names from the top graph down to this level
-    inputs: list[str]
-    outputs: list[str]
-    units: list[tuple[list[str], bool]]  # components: (members in step order, cyclic)
-    incoming: dict[str, list[tuple[str, bool]]]
-    modules: dict[str, torch.nn.Module]  # non-structural nodes, by node name
-    stateful: dict[str, bool]
-    children: dict[str, Level]  # nested graphs built by nir_to_torch
-    late_shapes: dict[str, tuple[int, ...]]
-    delayed_sources: list[str]
-    types: dict[str, str]  # NIR type name of each node
-    order: list[str]  # every node of this level and below, as one step evaluates them
+    stateful = forward_takes_state(type(module))
 
-    def walk(self) -> list[Level]:
-        """This level and every nested one."""
-        found = [self]
-        for child in self.children.values():
-            found += child.walk()
-        return found
+    def step_module(xs: Mapping[str, torch.Tensor], state: Any) -> Any:
+        x = xs["input"]
+        if not stateful:
+            flat = module(x.reshape(-1, *x.shape[2:]))
+            out = flat.reshape(x.shape[0], x.shape[1], *flat.shape[1:])
+            return {"output": out}, state, {}, largest_step_bytes((x, out))
+        outs = []
+        for t in range(x.shape[0]):
+            out, state = module(x[t], state=state)
+            outs.append(out)
+        out = torch.stack(outs)
+        return {"output": out}, state, {}, largest_step_bytes((x, out))
+
+    return step_module
 
 
-def is_built(module: Any) -> bool:
-    """Whether ``module`` is a graph module :func:`nirbridge.nir_to_torch` built."""
-    return isinstance(module, fx.GraphModule) and "plan" in module.meta.get("nirbridge", {})
-
-
-def level_of(module: fx.GraphModule, prefix: str = "", path: tuple[str, ...] = ()) -> Level:
-    """The schedule of a module :func:`nirbridge.nir_to_torch` built (recursively)."""
-    info = module.meta["nirbridge"]
-    the_plan: graph_utils.Plan = info["plan"]
-    types = {
-        node.meta["nir_node"]: node.meta["nir_type"] for node in module.graph.nodes if "nir_type" in node.meta
-    }
-    modules: dict[str, torch.nn.Module] = {}
-    stateful: dict[str, bool] = {}
-    children: dict[str, Level] = {}
-    order: list[str] = []
-    for name in the_plan.order:
-        module_path = info["module_paths"].get(name)
-        if module_path is None:
-            continue  # Input, Output
-        sub = module.get_submodule(module_path)
-        modules[name] = sub
-        stateful[name] = isinstance(sub, fx.GraphModule) or forward_takes_state(type(sub))
-        order.append(prefix + name)
-        if is_built(sub):
-            children[name] = level_of(sub, f"{prefix}{name}.", (*path, name))
-            types[name] = "NIRGraph"
-            order += children[name].order
-    return Level(
-        module=module,
-        prefix=prefix,
-        path=path,
-        inputs=list(info["inputs"]),
-        outputs=list(info["outputs"]),
-        units=graph_utils.cycles(the_plan),
-        incoming=the_plan.incoming,
-        modules=modules,
-        stateful=stateful,
-        children=children,
-        late_shapes=dict(info.get("late_shapes", {})),
-        delayed_sources=list(the_plan.delayed_sources),
-        types=types,
-        order=order,
+def largest_step_bytes(values: Iterable[Any]) -> int:
+    """The bytes per time step of the largest ``[Tc, B, ...]`` tensor among ``values``."""
+    return max(
+        (
+            v.numel() // max(1, v.shape[0]) * v.element_size()
+            for v in values
+            if isinstance(v, torch.Tensor) and v.dim()
+        ),
+        default=0,
     )
-
-
-@dataclasses.dataclass
-class Request:
-    """What to record at one level: node outputs, and state variables per node
-    (``None``: all of them)."""
-
-    outputs: set[str] = dataclasses.field(default_factory=set)
-    variables: dict[str, set[str] | None] = dataclasses.field(default_factory=dict)
-    nested: dict[str, Request] = dataclasses.field(default_factory=dict)
-
-    def wanted(self, name: str) -> set[str] | bool | None:
-        """The state variables to record for node ``name``: a set, None for all, False for none."""
-        return self.variables[name] if name in self.variables else False
-
-
-Recorded = dict[tuple[str, str | None], torch.Tensor]  # (node path, variable or None) -> [Tc, B, ...]
 
 
 def run_chunk(
@@ -204,24 +122,6 @@ def run_chunk(
         DELAYED: {source: new_delayed[source] for source in level.delayed_sources},
     }
     return values, state_out
-
-
-def node_input(
-    direct: list[torch.Tensor], late: list[torch.Tensor | None] = (), empty: Callable[[], Any] | None = None
-) -> torch.Tensor:
-    """A node's summed input for one step (or a chunk), added as one step adds it:
-    direct edges in edge order, then the delayed edges' previous outputs (``None`` at
-    the first step). A node fed only by delayed edges starts from zeros:
-    ``empty()`` gives ``(reference, shape)``, a tensor whose first axis is the batch
-    and the input's shape without it."""
-    if direct:
-        x = direct[0]
-        for other in direct[1:]:
-            x = x + other
-        return add_delayed(x, *late) if late else x
-    assert empty is not None
-    reference, shape = empty()
-    return delayed_only(reference, shape, *late)
 
 
 def _graph_output(level: Level, values: Mapping[str, Any]) -> Any:
@@ -332,7 +232,6 @@ def _step_cycle(
                 kernel = kernels[name]
                 if kernel is not None:
                     out = kernel.advance(kernel.pre(x))
-                    out = out.to(x.dtype) if kernel.spiking else out
                 else:
                     out, new_nodes[name] = module(x, state=new_nodes.get(name))
                 if wanted is not False:
@@ -409,7 +308,3 @@ def _step_child(
         nested_records.setdefault(key, []).append(value)
     out = _graph_output(child, inner)
     return out[0] if isinstance(out, torch.Tensor) else {k: v[0] for k, v in out.items()}
-
-
-class RecordError(NirBridgeError):
-    """``record=`` names a node or state variable the module does not have."""

@@ -1,0 +1,41 @@
+"""The run engine: the schedule of a run and the back-ends that carry it out.
+
+* :mod:`.schedule`: the plan of components (stateless nodes over all ``T·B`` rows,
+  neurons scanned over time, loops stepped together) and the chunk length;
+* :mod:`.eager`: the plan in torch operations, with the in-place neuron kernels of
+  :mod:`.kernels`; every device, gradients (BPTT);
+* :mod:`.compile`: each chunk as one ``torch.compile``'d function, time loops included;
+* :mod:`.triton`: GPU kernels (not in this version);
+* :mod:`.precision`: full float32 inside every call unless ``"fast"`` is asked for.
+
+:func:`nirbridge.run` is the public face; :func:`backend_for` picks a back-end.
+Submodules are imported when used: the neuron modules import :mod:`.kernels`, and
+the schedule imports the interpreter.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ..errors import ParameterError
+
+__all__ = ["BACKENDS", "Backend", "backend_for"]
+
+Backend = Literal["auto", "eager", "compile", "triton"]
+BACKENDS: tuple[str, ...] = ("auto", "eager", "compile", "triton")
+
+
+def backend_for(backend: str) -> str:
+    """The back-end a run uses: ``backend`` itself, or for ``"auto"`` the fastest exact
+    one.
+
+    ``"auto"`` is ``"eager"``: on the CPU, ``"compile"`` runs faster once compiled but
+    spends 10-40 s compiling each module, which a single run does not win back (ask for
+    it where a module runs many sequences); with gradients, eager is the back-end BPTT
+    runs on; on CUDA, the compiled back-end is not yet checked exact on a GPU.
+    """
+    if backend not in BACKENDS:
+        raise ParameterError(f"run(backend={backend!r}): use 'auto', 'eager', 'compile' or 'triton'")
+    if backend == "auto":
+        return "eager"
+    return backend

@@ -383,6 +383,9 @@ def delayed_only(
     return total
 
 
+_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)  # torch < 2.3 lacks it
+
+
 class NIRGraphModule(fx.GraphModule):
     """The GraphModule :func:`nir_to_torch` returns.
 
@@ -396,7 +399,7 @@ class NIRGraphModule(fx.GraphModule):
     live, so replaced modules are seen)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if _precision.active() is not None or torch.compiler.is_compiling():
+        if _precision.active() is not None or _is_compiling():
             return super().__call__(*args, **kwargs)
         reference = self.__dict__["_buffers"].get(_DTYPE)
         token = _precision.enter("exact", reference.device.type if reference is not None else None)

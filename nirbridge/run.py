@@ -214,6 +214,8 @@ def run(
     batch = next(iter(sequences.values())).shape[1]
     known = step_bytes(level, batch, _element_size(dtype)) if level is not None else None
     length = chunk or (chunk_length(known, batch, steps) if known is not None else min(steps, _FIRST_CHUNK))
+    shortest = 2 if chosen == "compile" and chunk is None else 1  # compiled chunks take 2 steps or more
+    length = max(shortest, length)
     bar = _progress(progress, steps)
     try:
         with _precision.precision(precision, device):
@@ -230,7 +232,7 @@ def run(
                     spikes = spike_types.get(name) in SPIKING
                     collector.add(("", name), value, start, spikes, alias=same.get(id(value)))
                 if chunk is None and known is None and start == 0:  # from what the first chunk computed
-                    length = chunk_length(largest, batch, steps)
+                    length = max(shortest, chunk_length(largest, batch, steps))
                 if bar is not None:
                     bar.update(stop - start)
                 start = stop

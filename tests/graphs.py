@@ -83,6 +83,22 @@ SCALARS = st.one_of(
 
 
 @st.composite
+def affine_lif(rng: np.random.Generator) -> nir.NIRGraph:
+    """input (3) -> Affine -> LIF (4) -> output, recording dt = 1e-4."""
+    return nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "fc": nir.Affine(rng.normal(size=(4, 3)), rng.normal(size=4)),
+            "lif": nir.LIF(
+                tau=np.full(4, 1e-3), r=np.full(4, 5.0), v_leak=np.zeros(4), v_threshold=np.ones(4)
+            ),
+            "output": nir.Output(np.array([4])),
+        },
+        edges=[("input", "fc"), ("fc", "lif"), ("lif", "output")],
+        metadata={"dt": 1e-4},
+    )
+
+
 def arrays(draw) -> np.ndarray:
     dtype = draw(st.sampled_from([np.float32, np.float64, np.int8, np.int64, np.uint16, np.bool_]))
     shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))

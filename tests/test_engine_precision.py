@@ -14,6 +14,7 @@ import nirbridge
 from nirbridge.engine import precision as P
 from nirbridge.engine.compile import compile_options
 from nirbridge.interpret import DEFAULT_MAP
+from tests.graphs import affine_lif
 
 OPS = [(b, o) for b in ("generic", "cuda", "mkldnn") for o in ("all", "matmul", "conv", "rnn")]
 OPS.remove(("generic", "matmul"))
@@ -63,24 +64,10 @@ class Probe(torch.nn.Module):
         return self.inner(x)
 
 
-def graph() -> nir.NIRGraph:
-    rng = np.random.default_rng(0)
-    return nir.NIRGraph(
-        nodes={
-            "input": nir.Input(np.array([3])),
-            "fc": nir.Affine(rng.normal(size=(4, 3)), rng.normal(size=4)),
-            "lif": nir.LIF(
-                tau=np.full(4, 1e-3), r=np.full(4, 5.0), v_leak=np.zeros(4), v_threshold=np.ones(4)
-            ),
-            "output": nir.Output(np.array([4])),
-        },
-        edges=[("input", "fc"), ("fc", "lif"), ("lif", "output")],
-        metadata={"dt": 1e-4},
-    )
-
-
 def build(fail: bool = False) -> torch.nn.Module:
-    return nirbridge.nir_to_torch(graph(), node_map={nir.Affine: lambda node: Probe(node, fail)})
+    return nirbridge.nir_to_torch(
+        affine_lif(np.random.default_rng(0)), node_map={nir.Affine: lambda node: Probe(node, fail)}
+    )
 
 
 def test_a_module_call_computes_in_full_float32_and_restores_the_flags(user_flags):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import nir
-import numpy as np
 import pytest
 import torch
 
@@ -11,6 +9,7 @@ import nirbridge
 from nirbridge.engine import schedule
 from nirbridge.engine.schedule import CACHE_BYTES, CHUNK_ROWS, chunk_length, level_of, step_bytes
 from tests.conftest import EXAMPLES
+from tests.graphs import affine_lif
 
 CNN = EXAMPLES / "NIR__paper__02_cnn__cnn_sinabs.nir"
 
@@ -63,18 +62,7 @@ def test_run_uses_the_chosen_chunk_and_measures_where_shapes_are_unknown(monkeyp
 
 @pytest.mark.parametrize("backend", ["eager", "auto"])
 def test_backends_give_the_same_values(backend, rng):
-    graph = nir.NIRGraph(
-        nodes={
-            "input": nir.Input(np.array([3])),
-            "fc": nir.Affine(rng.normal(size=(4, 3)), rng.normal(size=4)),
-            "lif": nir.LIF(
-                tau=np.full(4, 1e-3), r=np.full(4, 5.0), v_leak=np.zeros(4), v_threshold=np.ones(4)
-            ),
-            "output": nir.Output(np.array([4])),
-        },
-        edges=[("input", "fc"), ("fc", "lif"), ("lif", "output")],
-        metadata={"dt": 1e-4},
-    )
+    graph = affine_lif(rng)
     gm = nirbridge.nir_to_torch(graph)
     x = torch.from_numpy(rng.uniform(0, 2, (30, 2, 3))).float()
     with torch.no_grad():

@@ -13,7 +13,8 @@ stepping in 1588 output values).
   products in full float32 on every device, and no contraction in any kernel nirbridge
   compiles or launches;
 * ``"fast"``: TF32 for float32 convolutions and matrix products where the hardware has
-  it, and contraction allowed. Results then differ from stepping in the last bits, and
+  it (NVIDIA GPUs since Ampere; on the CPU, oneDNN uses it only on the few processors
+  that have it), and contraction allowed. Results then differ from stepping in the last bits, and
   spikes can flip.
 
 Modules built by :func:`nirbridge.nir_to_torch` and :func:`nirbridge.run` enter
@@ -160,8 +161,6 @@ def _apply(mode: str, kinds: tuple[str, ...]) -> list[tuple[str, ...]]:
             saved.append(("cudnn", cudnn))
     setter = torch._C._set_fp32_precision_setter
     for op in ops:
-        if op[0] == "mkldnn" and mode == "fast":
-            continue  # TF32 is for CUDA: the CPU keeps what the user chose
         setter(*op, target)
     saved += [("op", *op, value) for op, value in current.items()]
     return saved

@@ -244,9 +244,13 @@ def describe(level: Level, batch: int = 32, steps: int = 500, element_size: int 
                 lines.append(f"{indent}{lv.prefix + name}: a subgraph, scheduled the same way:")
                 visit(lv.children[name], indent + "  ")
             elif lv.stateful[name]:
-                lines.append(f"{indent}{lv.prefix + name}: {lv.types.get(name, '?')}, scanned over the chunk's steps")
+                lines.append(
+                    f"{indent}{lv.prefix + name}: {lv.types.get(name, '?')}, scanned over the chunk's steps"
+                )
             else:
-                lines.append(f"{indent}{lv.prefix + name}: {lv.types.get(name, '?')}, once over all steps x batch rows")
+                lines.append(
+                    f"{indent}{lv.prefix + name}: {lv.types.get(name, '?')}, once over all steps x batch rows"
+                )
 
     visit(level, "")
     largest = step_bytes(level, batch, element_size)

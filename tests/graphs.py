@@ -82,7 +82,6 @@ SCALARS = st.one_of(
 )
 
 
-@st.composite
 def affine_lif(rng: np.random.Generator) -> nir.NIRGraph:
     """input (3) -> Affine -> LIF (4) -> output, recording dt = 1e-4."""
     return nir.NIRGraph(
@@ -99,6 +98,7 @@ def affine_lif(rng: np.random.Generator) -> nir.NIRGraph:
     )
 
 
+@st.composite
 def arrays(draw) -> np.ndarray:
     dtype = draw(st.sampled_from([np.float32, np.float64, np.int8, np.int64, np.uint16, np.bool_]))
     shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))

@@ -18,10 +18,10 @@ def test_chunk_length_follows_what_a_chunk_costs():
     # a convolution's 16x16x16 feature maps at batch 32: 512 KiB a step, so 8 steps
     assert chunk_length(32 * 16 * 16 * 16 * 4, 32, 300) == CACHE_BYTES // (512 << 10) == 8
     # small dense layers at batch 32: as many rows as one operation gains from
-    assert chunk_length(32 * 128 * 4, 32, 500) == CHUNK_ROWS // 32 == 64
+    assert chunk_length(32 * 128 * 4, 32, 500) == CHUNK_ROWS // 32 == 128
     # one sample: long chunks, never longer than the run
     assert chunk_length(128 * 4, 1, 500) == 500
-    assert chunk_length(4, 1, 10**6) == CHUNK_ROWS
+    assert chunk_length(4, 1, 10**6) == CHUNK_ROWS == 4096
     # a step larger than the cache share still runs, one step at a time
     assert chunk_length(64 << 20, 256, 100) == 1
 

@@ -605,7 +605,19 @@ def convert(source: str, target: str, compression: str, input_shape: str | None)
     "--plot", type=click.Path(path_type=str), default=None, help="Draw rasters and traces (.png/.svg/.pdf)."
 )
 @click.option(
-    "--compile", "compiled", is_flag=True, help="Run with torch.compile (slow to start, fast to run)."
+    "--backend",
+    type=click.Choice(["auto", "eager", "compile", "triton"]),
+    default="auto",
+    show_default=True,
+    help="How run computes: compile is torch.compile (slow to start, fast to run).",
+)
+@click.option("--compile", "compiled", is_flag=True, help="The same as --backend compile.")
+@click.option(
+    "--precision",
+    type=click.Choice(["exact", "fast"]),
+    default="exact",
+    show_default=True,
+    help="exact: full float32, as stepping; fast: TF32 on GPUs that have it.",
 )
 @_one_line_errors("run")
 def run_command(
@@ -619,7 +631,9 @@ def run_command(
     records: tuple[str, ...],
     out: str | None,
     plot: str | None,
+    backend: str,
     compiled: bool,
+    precision: str,
 ) -> None:
     """Run FILE on input spikes and print what each node did.
 
@@ -662,7 +676,15 @@ def run_command(
     first = next(iter(inputs.values()))
     start = time.perf_counter()
     with torch.no_grad():
-        result = run(module, inputs, record=list(records) or "all", compile=compiled, progress=False)
+        result = run(
+            module,
+            inputs,
+            record=list(records) or "all",
+            backend=backend,  # type: ignore[arg-type]
+            compile=compiled,
+            precision=precision,  # type: ignore[arg-type]
+            progress=False,
+        )
     elapsed = time.perf_counter() - start
     total = first.shape[0]
     click.echo(

@@ -212,7 +212,7 @@ def run(
     spike_types = _spike_types(level, module)
     collector = _Collector(steps, need_grad, bool_spikes)
     batch = next(iter(sequences.values())).shape[1]
-    known = step_bytes(level, batch, _element_size(dtype)) if level is not None else None
+    known = step_bytes(level, batch, dtype.itemsize) if level is not None else None
     length = chunk or (chunk_length(known, batch, steps) if known is not None else min(steps, _FIRST_CHUNK))
     shortest = 2 if chosen == "compile" and chunk is None else 1  # compiled chunks take 2 steps or more
     length = max(shortest, length)
@@ -240,10 +240,6 @@ def run(
         if bar is not None:
             bar.close()
     return _assemble(collector, level, spike_types, state, built_dt)
-
-
-def _element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
 
 
 def _assemble(

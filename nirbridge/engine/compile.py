@@ -15,9 +15,10 @@ multiply-adds (C++ with ``-ffp-contract=off``; Triton kernels on CUDA with
 kept); ``"fast"`` compiles without these guards, separately. A chunk starting from a
 fresh state runs its first step eagerly, so that every state the scan carries exists.
 Compilation happens on the first call; if it fails (or a graph break occurs), the run
-continues eagerly and a :class:`nirbridge.CompileWarning` names the reason. With gradients, chunks run
-eagerly (BPTT runs on the eager back-end), and the first such call says so once,
-with how to get the compiled path: ``torch.no_grad()`` or ``torch.inference_mode()``.
+continues eagerly and a :class:`nirbridge.CompileWarning` names the reason. With
+gradients, chunks run eagerly (BPTT runs on the eager back-end), and the first such
+call says so once, with how to get the compiled path: ``torch.no_grad()`` or
+``torch.inference_mode()``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ __all__ = ["compiled_stepper"]
 
 Stepper = Callable[[Mapping[str, torch.Tensor], Any], Any]
 
-# one compile attempt per (module, request)
+# one compile attempt per module, record request and precision policy
 _CACHE: weakref.WeakKeyDictionary[torch.nn.Module, dict[Any, Any]] = weakref.WeakKeyDictionary()
 _OPTIONS = {
     "cpp_wrapper": True,  # C++ call glue: several times less overhead per scan step on the CPU

@@ -158,8 +158,9 @@ def run(
             device; gradients), ``"compile"`` (each chunk as one ``torch.compile``'d
             function, time loops included, see :mod:`nirbridge.engine.compile`; falls
             back to eager with a warning if compilation fails, and runs eagerly when
-            gradients are needed), ``"triton"`` (GPU kernels, not in this version), or
-            ``"auto"``: the fastest exact one for a single run, today ``"eager"``.
+            gradients are needed), ``"triton"`` (the neuron scans as Triton kernels, one
+            launch per population and chunk, see :mod:`nirbridge.engine.triton`; CUDA),
+            or ``"auto"``: the fastest exact one for a single run, today ``"eager"``.
         precision: ``"exact"``: float32 convolutions and matrix products in full
             float32 (no TF32) and no fused multiply-adds in compiled kernels, so results
             equal stepping on every device; ``"fast"``: TF32 and contraction where the

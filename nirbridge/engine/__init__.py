@@ -5,7 +5,8 @@
 * :mod:`.eager`: the plan in torch operations, with the in-place neuron kernels of
   :mod:`.kernels`; every device, gradients (BPTT);
 * :mod:`.compile`: each chunk as one ``torch.compile``'d function, time loops included;
-* :mod:`.triton`: GPU kernels (not in this version);
+* :mod:`.triton`: the neuron scans as Triton kernels (CUDA; on the CPU under Triton's
+  interpreter, for tests);
 * :mod:`.precision`: full float32 inside every call unless ``"fast"`` is asked for.
 
 :func:`nirbridge.run` is the public face; :func:`backend_for` picks a back-end.
@@ -32,7 +33,8 @@ def backend_for(backend: str) -> str:
     ``"auto"`` is ``"eager"``: on the CPU, ``"compile"`` runs faster once compiled but
     spends 10-40 s compiling each module, which a single run does not win back (ask for
     it where a module runs many sequences); with gradients, eager is the back-end BPTT
-    runs on; on CUDA, the compiled back-end is not yet checked exact on a GPU.
+    runs on; on CUDA, the compiled and Triton back-ends are not yet measured on a GPU
+    (no GPU was lent while they were written): they become the default once they are.
     """
     if backend not in BACKENDS:
         raise ParameterError(f"run(backend={backend!r}): use 'auto', 'eager', 'compile' or 'triton'")

@@ -9,7 +9,7 @@ and dtype, and it is the back-end gradients flow through (BPTT).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -18,19 +18,30 @@ from ..neurons.modules import Neuron
 from ..state import DELAYED, NODES, unpack_state
 from .schedule import Level, Recorded, RecordError, Request, node_input, state_variables
 
-__all__ = ["eager_stepper", "run_chunk"]
+__all__ = ["NeuronScan", "eager_stepper", "run_chunk", "scan_neuron"]
 
 Stepper = Any  # (xs, state) -> (outputs, state, recorded, largest value's bytes per step)
+NeuronScan = Callable[[Neuron, torch.Tensor, Any, bool], tuple[torch.Tensor, Any, dict[str, torch.Tensor]]]
+"""``(module, x [T, B, ...], state, trace) -> (outputs, state, traces)`` for one of
+nirbridge's neurons outside every cycle; the Triton back-end brings its own."""
 
 
-def eager_stepper(module: torch.nn.Module, level: Level | None, request: Request) -> Stepper:
+def scan_neuron(module: Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
+    """The eager scan: :meth:`Neuron.scan` (in-place kernels, or the steps with gradients)."""
+    return module.scan(x, state, trace=trace)
+
+
+def eager_stepper(
+    module: torch.nn.Module, level: Level | None, request: Request, scan: NeuronScan = scan_neuron
+) -> Stepper:
     """``(xs, state) -> (outputs, state, recorded, step_bytes)`` for one chunk, in
-    eager torch; ``step_bytes`` is the largest value's bytes per time step."""
+    eager torch (neurons outside cycles by ``scan``); ``step_bytes`` is the largest
+    value's bytes per time step."""
     if level is not None:
 
         def step_level(xs: Mapping[str, torch.Tensor], state: Any) -> Any:
             recorded: Recorded = {}
-            values, new_state = run_chunk(level, xs, state, request, recorded)
+            values, new_state = run_chunk(level, xs, state, request, recorded, scan)
             outputs = {name: values[name] for name in level.outputs}
             return outputs, new_state, recorded, largest_step_bytes(values.values())
 
@@ -45,6 +56,9 @@ def eager_stepper(module: torch.nn.Module, level: Level | None, request: Request
         if not stateful:
             flat = module(x.reshape(-1, *x.shape[2:]))
             out = flat.reshape(x.shape[0], x.shape[1], *flat.shape[1:])
+            return {"output": out}, state, {}, largest_step_bytes((x, out))
+        if isinstance(module, Neuron):  # one of nirbridge's neurons alone: scanned
+            out, state, _ = scan(module, x, state, False)
             return {"output": out}, state, {}, largest_step_bytes((x, out))
         outs = []
         for t in range(x.shape[0]):
@@ -74,6 +88,7 @@ def run_chunk(
     state: Any,
     request: Request,
     recorded: Recorded,
+    scan: NeuronScan = scan_neuron,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Evaluate ``level`` over a chunk: ``xs`` maps Input names to ``[Tc, B, ...]``.
 
@@ -106,10 +121,13 @@ def run_chunk(
                 node_states.get(name),
                 request.nested.get(name, Request()),
                 recorded,
+                scan,
             )
             out = _graph_output(child, inner)
         elif level.stateful[name]:
-            out, new_nodes[name] = _scan(level, name, module, x, node_states.get(name), request, recorded)
+            out, new_nodes[name] = _scan(
+                level, name, module, x, node_states.get(name), request, recorded, scan
+            )
         else:
             flat = module(x.reshape(-1, *x.shape[2:]))
             out = flat.reshape(x.shape[0], x.shape[1], *flat.shape[1:])
@@ -138,11 +156,12 @@ def _scan(
     state: Any,
     request: Request,
     recorded: Recorded,
+    scan: NeuronScan,
 ) -> tuple[torch.Tensor, Any]:
     wanted = request.variables.get(name, set())
     want_all = name in request.variables and wanted is None
     if isinstance(module, Neuron):  # nirbridge's neurons: one call for the whole chunk
-        out, state, traces = module.scan(x, state, trace=bool(want_all or wanted))
+        out, state, traces = scan(module, x, state, bool(want_all or wanted))
         if want_all or wanted:
             for var, value in traces.items():
                 if want_all or var in wanted:

@@ -1,0 +1,164 @@
+"""nirbridge.engine.triton: neuron scans as Triton kernels, bit for bit like stepping.
+
+Without a GPU the kernels run on CPU tensors through Triton's interpreter (conftest
+turns it on); where torch sees a GPU they run on it too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import nirbridge
+from nirbridge.engine import triton as T
+from tests.conftest import EXAMPLES, input_names
+from tests.test_engine_kernels import make, shared
+from tests.test_interpret import USABLE, random_graphs
+
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+KINDS = ["I", "IF", "LI", "LIF", "CubaLI", "CubaLIF"]
+
+
+def stepped(module, x, state):
+    outs, history = [], []
+    for t in range(x.shape[0]):
+        out, state = module(x[t], state)
+        outs.append(out)
+        history.append(state)
+    return torch.stack(outs), state, history
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kind", KINDS)
+def test_scans_equal_stepping_bit_for_bit(kind, dtype, device, rng):
+    module = make(kind, rng).to(dtype=dtype, device=device)  # per-neuron parameters
+    x = torch.from_numpy(rng.uniform(-1, 8, (40, 5, 6))).to(dtype=dtype, device=device)
+    start = module.initial_state(x[0])
+    start = type(start)(*(s + 0.1 for s in start))
+    kept = [s.clone() for s in start]
+    with torch.no_grad(), nirbridge.precision("exact"):
+        out, state, traces = T.scan(module, x, start, True)
+        expected, final, history = stepped(module, x, start)
+    assert torch.equal(out, expected)
+    assert all(torch.equal(a, b) for a, b in zip(state, final))
+    for field in state._fields:
+        assert torch.equal(traces[field], torch.stack([getattr(h, field) for h in history])), field
+    assert all(torch.equal(a, b) for a, b in zip(start, kept)), "the state passed in was modified"
+    if kind.endswith("IF"):
+        assert 0 < out.sum() < out.numel()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_shared_parameters_and_a_fresh_state(kind, rng):
+    module = shared(kind, -0.25).float()
+    x = torch.from_numpy(rng.uniform(-1, 3, (30, 3, 6))).float()
+    with torch.no_grad(), nirbridge.precision("exact"):
+        out, state, traces = T.scan(module, x, None, False)
+        expected, final, _ = stepped(module, x, None)
+    assert torch.equal(out, expected) and traces == {}
+    assert all(torch.equal(a, b) for a, b in zip(state, final))
+
+
+@pytest.mark.parametrize("name", sorted(USABLE))
+def test_every_example_file_runs_like_the_eager_back_end(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.RepairWarning)
+        graph = nirbridge.read(EXAMPLES / name)
+        gm = nirbridge.nir_to_torch(graph, dt=USABLE[name])
+    shape = tuple(int(v) for v in graph.nodes[input_names(graph)[0]].input_type["input"])
+    x = (torch.rand((6, 4, *shape), generator=torch.Generator().manual_seed(2)) < 0.3).float()
+    with torch.no_grad():
+        kernels = nirbridge.run(gm, x, backend="triton", record="all", chunk=3)
+        eager = nirbridge.run(gm, x, record="all")
+    assert torch.equal(kernels.output, eager.output)
+    assert set(kernels.records) == set(eager.records)
+    for key, value in eager.records.items():
+        assert torch.equal(kernels.records[key], value), key
+    assert all(torch.equal(a, b) for a, b in zip(*map(_leaves, (kernels.state, eager.state))))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_graphs(), st.sampled_from([torch.float32, torch.float64]))
+def test_random_graphs_run_like_the_eager_back_end(case, dtype):
+    """Every neuron family, loops, delays, nesting, several inputs and outputs."""
+    graph, seed = case
+    rng = np.random.default_rng(seed)
+    gm = nirbridge.nir_to_torch(graph, dt=1e-4, dtype=dtype)
+    xs = {
+        n: torch.from_numpy(rng.uniform(-1, 3, (8, 4, *graph.nodes[n].input_type["input"]))).to(dtype)
+        for n in input_names(graph)
+    }
+    with torch.no_grad():
+        kernels = nirbridge.run(gm, xs, backend="triton", record="all")
+        eager = nirbridge.run(gm, xs, record="all")
+    for a, b in zip(_leaves(kernels.output), _leaves(eager.output)):
+        assert torch.equal(a, b)
+    for key, value in eager.records.items():
+        assert torch.equal(kernels.records[key], value), key
+
+
+def test_gradients_step_eagerly_and_say_so_once(rng):
+    module = make("LIF", rng).float()
+    x = torch.from_numpy(rng.uniform(0, 8, (10, 2, 6))).float().requires_grad_(True)
+    T._warned.discard("gradients")
+    with pytest.warns(nirbridge.CompileWarning, match="no reverse-time kernels.*torch.no_grad"):
+        out, _, _ = T.scan(module, x, None, False)
+    out.sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        T.scan(module, x, None, False)
+
+
+def test_without_the_interpreter_the_cpu_is_refused_with_a_reason():
+    code = (
+        "import torch, nirbridge\n"
+        "gm = nirbridge.neurons.LIF(tau=1e-3, r=1.0, v_leak=0.0, v_threshold=1.0, v_reset=0.0)\n"
+        "try:\n"
+        "    nirbridge.run(gm.float(), torch.zeros(3, 2, 1), backend='triton')\n"
+        "except nirbridge.BackendUnavailableError as e:\n"
+        "    print(e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "kernels run on CUDA, and the module is on cpu" in done.stdout
+    assert "TRITON_INTERPRET=1" in done.stdout and "backend='eager'" in done.stdout
+
+
+def _leaves(tree):
+    from torch.utils._pytree import tree_leaves
+
+    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+def test_kernels_launch_without_contraction_unless_fast(monkeypatch, rng):
+    launches = []
+    real = T._neuron_scan
+
+    class Recorder:
+        def __getitem__(self, grid):
+            def launch(*args, **options):
+                launches.append(options["enable_fp_fusion"])
+                return real[grid](*args, **options)
+
+            return launch
+
+    monkeypatch.setattr(T, "_neuron_scan", Recorder())
+    module = make("LIF", rng).float()
+    x = torch.from_numpy(rng.uniform(0, 8, (5, 2, 6))).float()
+    with torch.no_grad():
+        nirbridge.run(module, x, backend="triton")
+        assert launches and not any(launches)
+        launches.clear()
+        nirbridge.run(module, x, backend="triton", precision="fast")
+        assert launches and all(launches)

@@ -17,8 +17,9 @@ Networks (float32, batch 32):
   cnn    the NIR paper's N-MNIST CNN (sinabs export, IF neurons), T=300, dt=1
 Inputs are random 0/1 spikes. Variants: nirbridge stepping (``out, state = gm(x[t], state)``),
 nirtorch 2.6 stepping (nirtorch's interpreter around the same nirbridge node modules),
-``nirbridge.run`` eager and with ``backend="compile"``, on dense the native snntorch and
-norse loops of an equivalent network and spikingjelly 2.0's multi-step LIF
+``nirbridge.run`` eager, with ``backend="compile"`` and (on CUDA) ``backend="triton"``,
+on dense the native snntorch and norse loops of an equivalent network and
+spikingjelly 2.0's multi-step LIF
 (``LIFNode(step_mode="m")``, scalar tau: not the same network, the speed to beat), and
 the floor: the graph's stateless layers alone (matrix products, convolutions, pooling)
 applied to their recorded inputs in run's chunks. Every stepping loop collects its outputs over time
@@ -76,11 +77,12 @@ STEP = "nirbridge stepping"
 NIRTORCH = "nirtorch 2.6 stepping"
 EAGER = "nirbridge.run eager"
 COMPILED = "nirbridge.run compile"
+TRITON = "nirbridge.run triton"
 SNNTORCH = "snntorch native"
 NORSE = "norse native"
 SPIKINGJELLY = "spikingjelly multi-step"
 FLOOR = "layers alone (floor)"
-VARIANTS = (STEP, NIRTORCH, EAGER, COMPILED, SNNTORCH, NORSE, SPIKINGJELLY, FLOOR)
+VARIANTS = (STEP, NIRTORCH, EAGER, COMPILED, TRITON, SNNTORCH, NORSE, SPIKINGJELLY, FLOOR)
 
 # (network, variant, reference) -> minimum speedup; reference None = the network's reference
 TARGETS = {
@@ -386,6 +388,9 @@ def bench_network(name: str, args, results: dict) -> None:
 
         variants[EAGER] = run_variant(gm, inputs, sync)
         assert torch.equal(variants[EAGER](), reference_out), f"{name}: run eager != stepping"
+        if device.startswith("cuda"):  # the Triton kernels (on the CPU only its interpreter runs them)
+            variants[TRITON] = run_variant(gm, inputs, sync, backend="triton")
+            assert torch.equal(variants[TRITON](), reference_out), f"{name}: run triton != stepping"
 
         try:
             variants[COMPILED], cold, note = prepare_compiled(gm, inputs, sync, reference_out)

@@ -88,11 +88,7 @@ def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
         return scan_neuron(module, x, state, trace)  # no kernel, or mixed precision: as eager
     if state is None:
         state = module.initial_state(x[0])
-    if torch.is_grad_enabled() and (
-        x.requires_grad
-        or any(getattr(module, n).requires_grad for n in module.params)
-        or any(isinstance(s, torch.Tensor) and s.requires_grad for s in state)
-    ):
+    if module.needs_grad(x, state):
         if "gradients" not in _warned:
             _warned.add("gradients")
             warnings.warn(

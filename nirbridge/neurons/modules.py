@@ -108,12 +108,7 @@ class Neuron(torch.nn.Module):
         """
         if state is None:
             state = self.initial_state(x[0])
-        needs_grad = torch.is_grad_enabled() and (
-            x.requires_grad
-            or any(getattr(self, n).requires_grad for n in self.params)
-            or any(isinstance(s, torch.Tensor) and s.requires_grad for s in state)
-        )
-        if not needs_grad:
+        if not self.needs_grad(x, state):
             kernel = self.kernel(state, x[0])
             out, traces = S.scan(kernel, x, trace)
             return out, kernel.state(), traces
@@ -124,6 +119,15 @@ class Neuron(torch.nn.Module):
             for name, value in state._asdict().items() if trace else ():
                 traces.setdefault(name, []).append(value)
         return torch.stack(outs), state, {k: torch.stack(v) for k, v in traces.items()}
+
+    def needs_grad(self, x: torch.Tensor, state: Any) -> bool:
+        """Whether a gradient can flow back from running ``x`` from ``state``: gradients
+        are enabled and the input, a parameter or the state requires one."""
+        return torch.is_grad_enabled() and (
+            x.requires_grad
+            or any(getattr(self, n).requires_grad for n in self.params)
+            or any(isinstance(s, torch.Tensor) and s.requires_grad for s in state)
+        )
 
     def initial_state(self, x: torch.Tensor) -> Any:
         """The state before the first step, for one step's input ``x`` ``[B, ...]``."""

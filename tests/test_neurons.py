@@ -123,3 +123,25 @@ def test_a_loaded_delay_updates_its_step_counts():
     xs = np.arange(1, 7, dtype=np.float64)[:, None, None] * np.ones((1, 1, 3))
     got, _ = run(d, xs)
     np.testing.assert_array_equal(got[:, 0, 2], [0, 0, 0, 1, 2, 3])
+
+
+@pytest.mark.parametrize(
+    ("delays", "steps"),
+    [([1e-4, 3e-4, 0.0], 7), ([5e-4, 2e-4, 1e-4], 2), ([0.0, 0.0, 0.0], 5)],
+)
+def test_delay_scan_is_an_index_shift_equal_to_stepping(delays, steps):
+    """Chunks longer and shorter than the longest delay, and no delay at all."""
+    delay = Delay(delay=delays, dt=1e-4)
+    x = torch.rand((steps, 2, 3), dtype=torch.float64)
+    start = delay.initial_state(x[0])
+    start = type(start)(torch.rand_like(start.history))
+    out, state, traces = delay.scan(x, start)
+    expected, stepped = [], start
+    for t in range(steps):
+        o, stepped = delay(x[t], stepped)
+        expected.append(o)
+    assert torch.equal(out, torch.stack(expected)) and traces == {}
+    assert torch.equal(state.history, stepped.history)
+    traced_out, traced_state, traced = delay.scan(x, start, trace=True)
+    assert torch.equal(traced_out, out) and torch.equal(traced_state.history, state.history)
+    assert traced["history"].shape == (steps, *start.history.shape)

@@ -14,20 +14,21 @@ from typing import Any
 
 import torch
 
-from ..neurons.modules import Neuron
+from ..neurons.modules import Delay, Neuron
 from ..state import DELAYED, NODES, unpack_state
 from .schedule import Level, Recorded, RecordError, Request, node_input, state_variables
 
 __all__ = ["NeuronScan", "eager_stepper", "run_chunk", "scan_neuron"]
 
 Stepper = Any  # (xs, state) -> (outputs, state, recorded, largest value's bytes per step)
-NeuronScan = Callable[[Neuron, torch.Tensor, Any, bool], tuple[torch.Tensor, Any, dict[str, torch.Tensor]]]
+NeuronScan = Callable[[Any, torch.Tensor, Any, bool], tuple[torch.Tensor, Any, dict[str, torch.Tensor]]]
 """``(module, x [T, B, ...], state, trace) -> (outputs, state, traces)`` for one of
-nirbridge's neurons outside every cycle; the Triton back-end brings its own."""
+nirbridge's neurons or delays outside every cycle; the Triton back-end brings its own."""
 
 
-def scan_neuron(module: Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
-    """The eager scan: :meth:`Neuron.scan` (in-place kernels, or the steps with gradients)."""
+def scan_neuron(module: Neuron | Delay, x: torch.Tensor, state: Any, trace: bool) -> Any:
+    """The eager scan: :meth:`Neuron.scan` (in-place kernels, or the steps with
+    gradients) or :meth:`Delay.scan` (an index shift)."""
     return module.scan(x, state, trace=trace)
 
 
@@ -160,7 +161,7 @@ def _scan(
 ) -> tuple[torch.Tensor, Any]:
     wanted = request.variables.get(name, set())
     want_all = name in request.variables and wanted is None
-    if isinstance(module, Neuron):  # nirbridge's neurons: one call for the whole chunk
+    if isinstance(module, (Neuron, Delay)):  # nirbridge's neurons and delays: one call a chunk
         out, state, traces = scan(module, x, state, bool(want_all or wanted))
         if want_all or wanted:
             for var, value in traces.items():

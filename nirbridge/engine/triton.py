@@ -15,6 +15,9 @@ the reset as :math:`(1 - z) v + z v_{reset}`, compiled with ``enable_fp_fusion=F
 (no fused multiply-adds) under the ``"exact"`` precision policy, so outputs and states
 equal stepping's bit for bit, in float32 and float64.
 
+A Delay outside every cycle is an index shift over the chunk (one gather, as in the
+eager back-end).
+
 Where it runs: CUDA tensors; CPU tensors only under Triton's interpreter
 (``TRITON_INTERPRET=1`` set before this module is imported), which is how the tests
 check the kernels without a GPU, slowly. Elsewhere :class:`~nirbridge.BackendUnavailableError`

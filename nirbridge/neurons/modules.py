@@ -454,10 +454,41 @@ class Delay(torch.nn.Module):
     def extra_repr(self) -> str:
         return f"shape={tuple(self.delay.shape)}, max_steps={self.max_steps}, dt={self.dt:g}"
 
+    def initial_state(self, x: torch.Tensor) -> F.DelayState:
+        """Zeros: ``max_steps`` past inputs like ``x`` (one step, ``[B, ...]``)."""
+        shape = torch.broadcast_shapes(x.shape, self.steps.shape)
+        return F.DelayState(x.new_zeros((self.max_steps, *shape)))
+
     def forward(
         self, x: torch.Tensor, state: F.DelayState | None = None
     ) -> tuple[torch.Tensor, F.DelayState]:
         if state is None:
-            shape = torch.broadcast_shapes(x.shape, self.steps.shape)
-            state = F.DelayState(x.new_zeros((self.max_steps, *shape)))
+            state = self.initial_state(x)
         return F.delay_step(x, state, self.steps)
+
+    def scan(
+        self, x: torch.Tensor, state: F.DelayState | None = None, trace: bool = False
+    ) -> tuple[torch.Tensor, F.DelayState, dict[str, torch.Tensor]]:
+        """Run ``x`` ``[T, B, ...]`` through ``T`` steps as one index shift:
+        ``(outputs, state, traces)``, equal to calling ``forward`` ``T`` times.
+
+        The past inputs and the chunk form one sequence ``s`` (oldest first); element
+        ``j`` at step ``t`` outputs ``s[max_steps + t - steps_j]``, one gather. With
+        ``trace`` (the history after every step) it steps.
+        """
+        if state is None:
+            state = self.initial_state(x[0])
+        if trace:
+            outs, histories = [], []
+            for t in range(x.shape[0]):
+                out, state = self(x[t], state)
+                outs.append(out)
+                histories.append(state.history)
+            return torch.stack(outs), state, {"history": torch.stack(histories)}
+        history = state.history
+        steps, depth = x.shape[0], history.shape[0]
+        sequence = torch.cat((history.flip(0), x.expand(steps, *history.shape[1:])))
+        times = torch.arange(steps, device=x.device).reshape(steps, *([1] * (sequence.dim() - 1)))
+        index = (depth + times - self.steps).expand(steps, *history.shape[1:])
+        out = sequence.gather(0, index)
+        return out, F.DelayState(sequence[steps:].flip(0)), {}

@@ -106,17 +106,68 @@ def test_random_graphs_run_like_the_eager_back_end(case, dtype):
         assert torch.equal(kernels.records[key], value), key
 
 
-def test_gradients_step_eagerly_and_say_so_once(rng):
-    module = make("LIF", rng).float()
-    x = torch.from_numpy(rng.uniform(0, 8, (10, 2, 6))).float().requires_grad_(True)
-    T._warned.discard("gradients")
-    with pytest.warns(nirbridge.CompileWarning, match="no reverse-time kernels.*torch.no_grad"):
-        out, _, _ = T.scan(module, x, None, False)
-    out.sum().backward()
-    assert x.grad is not None and x.grad.abs().sum() > 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        T.scan(module, x, None, False)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.float64, 1e-9)])
+@pytest.mark.parametrize("kind", KINDS)
+def test_reverse_time_kernels_give_eager_autograds_gradients(kind, dtype, tolerance, device, rng):
+    """Gradients of outputs, the final state and the recorded state variables reach the
+    input, every parameter and the initial state, as stepping's autograd gives them."""
+    module = make(kind, rng).to(dtype=dtype, device=device)
+    parameters = [getattr(module, name).requires_grad_(True) for name in module.params]
+    x = torch.from_numpy(rng.uniform(-1, 8, (30, 3, 6))).to(dtype=dtype, device=device).requires_grad_(True)
+    start = module.initial_state(x[0])
+    start = type(start)(*(s.detach() + 0.1 for s in start))
+    start = type(start)(*(s.requires_grad_(True) for s in start))
+    weights = torch.from_numpy(rng.normal(size=(30, 3, 6))).to(dtype=dtype, device=device)
+
+    def loss(out, state, traces):
+        return (
+            (out * weights).sum() + sum((s * 0.3).sum() for s in state) + sum(t.sum() * 0.1 for t in traces)
+        )
+
+    with nirbridge.precision("exact"):
+        out, state, traces = T.scan(module, x, start, True)
+    got = torch.autograd.grad(loss(out, state, traces.values()), [x, *parameters, *start])
+    expected_out, final, history = stepped(module, x, start)
+    history_traces = [torch.stack([getattr(h, f) for h in history]) for f in final._fields]
+    want = torch.autograd.grad(loss(expected_out, final, history_traces), [x, *parameters, *start])
+    assert torch.equal(out, expected_out)
+    for name, g, w in zip(["x", *module.params, *final._fields], got, want):
+        assert torch.allclose(g, w, rtol=tolerance, atol=tolerance * w.abs().max().item()), name
+    if kind.endswith("IF"):
+        assert 0 < out.sum() < out.numel()
+
+
+def test_bptt_through_run_equals_the_eager_back_end(rng, monkeypatch):
+    """A graph with a recurrent loop and trainable time constants: the neurons outside
+    the loop use the kernels, the loop steps eagerly, and the gradients agree."""
+    from tests.test_run import lif_graph
+
+    reverse_launches = []
+    real = T._neuron_scan_backward
+
+    class Counting:
+        def __getitem__(self, grid):
+            reverse_launches.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(T, "_neuron_scan_backward", Counting())
+
+    graph = lif_graph(rng, recurrent=True)  # LIF <-> Linear, then a CubaLI outside the loop
+    grads = []
+    for backend in ("triton", "eager"):
+        gm = nirbridge.nir_to_torch(graph, dt=1e-4, dtype=torch.float64, trainable=True)
+        x = torch.from_numpy(rng.uniform(0, 3, (12, 2, 3))) if not grads else grads[0][0]
+        x = x.detach().requires_grad_(True)
+        out = nirbridge.run(gm, x, backend=backend).output
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)).sum().backward()
+        grads.append((x, x.grad, {n: p.grad for n, p in gm.named_parameters()}))
+    (_, gx, gp), (_, ex, ep) = grads
+    assert reverse_launches, "the CubaLI outside the loop should run its reverse-time kernel"
+    assert torch.allclose(gx, ex, rtol=1e-9, atol=1e-12)
+    assert set(gp) == set(ep) and any("li.tau_mem" in n for n in gp)
+    for name in gp:
+        assert torch.allclose(gp[name], ep[name], rtol=1e-9, atol=1e-12), name
 
 
 def test_without_the_interpreter_the_cpu_is_refused_with_a_reason():

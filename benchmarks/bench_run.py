@@ -20,7 +20,8 @@ nirtorch 2.6 stepping (nirtorch's interpreter around the same nirbridge node mod
 ``nirbridge.run`` eager, with ``backend="compile"`` and (on CUDA) ``backend="triton"``,
 on dense the native snntorch and norse loops of an equivalent network and
 spikingjelly 2.0's multi-step LIF
-(``LIFNode(step_mode="m")``, scalar tau: not the same network, the speed to beat), and
+(``LIFNode(step_mode="m")``, scalar tau: not the same network, the speed to beat; also
+for BPTT, forward and backward, outside --quick), and
 the floor: the graph's stateless layers alone (matrix products, convolutions, pooling)
 applied to their recorded inputs in run's chunks. Every stepping loop collects its outputs over time
 (``torch.stack``), as ``run`` does. Figures are ms per sequence, median and min-max over
@@ -207,6 +208,7 @@ def spikingjelly_dense(graph: nir.NIRGraph, dt: float, device: str, inputs, sync
         sync()
         return x
 
+    fn.parameters = [p for linear in linears for p in linear.parameters()]
     return fn
 
 
@@ -644,6 +646,48 @@ def print_summary(results: dict, args) -> None:
         print("\nFAILED CHECKS:\n  " + "\n  ".join(results["failed_checks"]))
 
 
+# ----------------------------------------------------------------------------- BPTT
+
+
+def bench_bptt(args, results: dict) -> None:
+    """Forward and backward (BPTT) through the dense chain, T=500, batch 32: run eager,
+    run triton (on CUDA), and spikingjelly's multi-step LIF; ms per sequence."""
+    device, sync = args.device, sync_fn(args.device)
+    graph, dt, steps = dense_graph(), 1e-4, 500
+    inputs = make_inputs(graph, steps, 0.2, device)
+    weights = torch.randn((*inputs.shape[:2], 128), generator=torch.Generator().manual_seed(1)).to(device)
+    gm = nirbridge.nir_to_torch(graph, dt=dt, device=device)
+    jelly = spikingjelly_dense(graph, dt, device, inputs, sync)
+
+    def through_run(backend):
+        def fn():
+            gm.zero_grad(set_to_none=True)
+            out = nirbridge.run(gm, inputs, backend=backend, progress=False).output
+            (out * weights).sum().backward()
+            sync()
+
+        return fn
+
+    def through_jelly():
+        for p in jelly.parameters:
+            p.grad = None
+        (jelly() * weights).sum().backward()
+        sync()
+
+    variants = {EAGER: through_run("eager"), SPIKINGJELLY: through_jelly}
+    if device.startswith("cuda"):
+        variants[TRITON] = through_run("triton")
+    for fn in variants.values():
+        fn()
+    times = measure(variants, max(3, args.repeats // 3))
+    results["bptt"] = times
+    print(f"\n== BPTT, dense 4 x 128, T={steps}, batch {BATCH}: forward + backward, ms per sequence")
+    for name, values in times.items():
+        ratio, lo, hi = speedup(times, name, SPIKINGJELLY)
+        median = statistics.median(values)
+        print(f"   {name:<28} {median:9.1f}  {ratio:5.2f}x spikingjelly ({lo:.2f}-{hi:.2f})")
+
+
 # ----------------------------------------------------------------------------- example files
 
 EXAMPLE_DT = {"NIR__paper__02_cnn__cnn_sinabs.nir": 1.0}  # sinabs and spyx CNNs mean dt = 1
@@ -731,6 +775,8 @@ def main() -> None:
     bench_memory(memory_cases, args, results)
     for name in args.networks:
         bench_network(name, args, results)
+    if not args.quick:
+        bench_bptt(args, results)
     if args.examples:
         bench_examples(args, results)
     print_summary(results, args)

@@ -213,3 +213,26 @@ def test_kernels_launch_without_contraction_unless_fast(monkeypatch, rng):
         launches.clear()
         nirbridge.run(module, x, backend="triton", precision="fast")
         assert launches and all(launches)
+
+
+def test_a_kernel_triton_cannot_build_falls_back_to_eager_once(monkeypatch, rng):
+    from triton.runtime.errors import OutOfResources
+
+    class Refusing:
+        def __getitem__(self, grid):
+            def launch(*args, **options):
+                raise OutOfResources(1 << 20, 1 << 16, "shared memory")
+
+            return launch
+
+    monkeypatch.setattr(T, "_neuron_scan", Refusing())
+    monkeypatch.setattr(T, "_failed", [])
+    module = make("CubaLIF", rng).float()
+    x = torch.from_numpy(rng.uniform(0, 8, (6, 2, 6))).float()
+    with torch.no_grad():
+        with pytest.warns(nirbridge.CompileWarning, match="could not build its kernel.*OutOfResources"):
+            out = nirbridge.run(module, x, backend="triton", chunk=3).output
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # said once
+            nirbridge.run(module, x, backend="triton")
+        assert torch.equal(out, nirbridge.run(module, x).output)

@@ -36,11 +36,12 @@ on a GPU; ``backend="auto"`` stays eager until they are.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import torch
 
-from ..errors import BackendUnavailableError
+from ..errors import BackendUnavailableError, CompileWarning
 from ..neurons import functional as F
 from ..neurons import modules as M
 from ..neurons.functional import SURROGATE_ALPHA
@@ -57,11 +58,14 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 try:
     import triton
     import triton.language as tl
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import OutOfResources
 except ImportError:  # the back-end says so when asked for
     triton = None
+    CompilationError = OutOfResources = RuntimeError  # never raised: nothing launches
 
 _BLOCK = 1024  # neurons per program (a power of two)
-_warned: set[str] = set()
+_failed: list[Exception] = []  # a kernel Triton could not build: eager from then on
 
 
 def unavailable(device: torch.device) -> str | None:
@@ -92,10 +96,30 @@ def triton_stepper(module: torch.nn.Module, level: Level | None, request: Reques
 
 def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
     """``(outputs, state, traces)`` of ``module`` over ``x`` ``[T, B, ...]``, one kernel
-    launch; the eager scan where Triton has no kernel (Delay) or gradients are needed."""
+    launch (two with gradients: forward, then reverse time); the eager scan where Triton
+    has no kernel (Delay) or the parameters are of another dtype than the input. If
+    Triton cannot compile or fit a kernel on this device, the run goes on eagerly and a
+    :class:`~nirbridge.CompileWarning` says why, once."""
     family = _FAMILY.get(type(module))
     if family is None or any(getattr(module, name).dtype != x.dtype for name in module.params):
         return scan_neuron(module, x, state, trace)  # no kernel, or mixed precision: as eager
+    if _failed:
+        return scan_neuron(module, x, state, trace)
+    try:
+        return _scan(module, family, x, state, trace)
+    except (CompilationError, OutOfResources) as error:
+        _failed.append(error)
+        text = str(error).strip()
+        warnings.warn(
+            f"run(backend='triton'): Triton could not build its kernel on this device, so neurons "
+            f"run eagerly from now on ({type(error).__name__}: {text.splitlines()[0] if text else ''})",
+            CompileWarning,
+            stacklevel=6,
+        )
+        return scan_neuron(module, x, state, trace)
+
+
+def _scan(module: M.Neuron, family: str, x: torch.Tensor, state: Any, trace: bool) -> Any:
     if state is None:
         state = module.initial_state(x[0])
     if module.needs_grad(x, state):

@@ -47,7 +47,6 @@ from ..neurons import modules as M
 from ..neurons.functional import SURROGATE_ALPHA
 from . import precision as _precision
 from .eager import eager_stepper, scan_neuron
-from .kernels import CubaKernel, IKernel, LIKernel
 from .schedule import Level, Request
 
 __all__ = ["INTERPRETED", "scan", "triton_stepper"]
@@ -120,48 +119,19 @@ def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
 
 
 def _scan(module: M.Neuron, family: str, x: torch.Tensor, state: Any, trace: bool) -> Any:
+    """One launch, or with gradients the autograd function :class:`_Scan` (the forward
+    kernel keeps each step's membrane before the reset, and a reverse-time kernel gives
+    the gradients eager autograd defines: the surrogate of
+    :func:`nirbridge.neurons.functional.spike`, the reset's path). The input term and
+    the decay factors are the torch operations the eager kernels do (``dt * r * x``,
+    ``r * x``, ``w_in * x``, ``dt / tau``), so values are the same, and gradients reach
+    the input, the parameters and the initial state."""
     if state is None:
         state = module.initial_state(x[0])
-    if module.needs_grad(x, state):
-        return _scan_with_gradients(module, family, x, state, trace)
-    kernel = module.kernel(state, x[0])  # the eager kernel: its private state and operands
-    shape = kernel.v.shape
-    steps, n = x.shape[0], kernel.v.numel()
-    pre = kernel.pre(x).expand(steps, *shape).contiguous()
-    v = kernel.v.contiguous()
-    out = torch.empty((steps, *shape), dtype=v.dtype, device=v.device)
-    cuba = family == "cuba"
-    i = kernel.i.contiguous() if cuba else v  # type: ignore[attr-defined]
-    trace_v = torch.empty_like(out) if trace else out
-    trace_i = torch.empty_like(out) if trace and cuba else out
-    a, b, r, leak = _operands(kernel, family, shape, v)
-    threshold, reset = (
-        (_full(kernel.threshold, shape, v), _full(kernel.reset, shape, v)) if kernel.spiking else (v, v)
-    )
-    grid = (triton.cdiv(n, _BLOCK),)
-    _neuron_scan[grid](
-        pre, v, i, a, b, r, leak, threshold, reset, out, trace_v, trace_i, out,
-        steps, n,
-        FAMILY=_FAMILIES[family], SPIKING=kernel.spiking, TRACE=trace, SAVE=False, BLOCK=_BLOCK,
-        enable_fp_fusion=_precision.contract(),
-    )  # fmt: skip
-    traces: dict[str, torch.Tensor] = {}
-    if trace:
-        traces = {"i": trace_i, "v": trace_v} if cuba else {"v": trace_v}
-    final = F.CubaLIState(i, v) if cuba else F.IState(v)
-    return out, final, traces
-
-
-def _scan_with_gradients(module: M.Neuron, family: str, x: torch.Tensor, state: Any, trace: bool) -> Any:
-    """The scan as an autograd function: the forward kernel saves each step's membrane
-    before the reset, and a reverse-time kernel gives the gradients eager autograd
-    defines (the surrogate of :func:`nirbridge.neurons.functional.spike`, the reset's
-    path). The input terms and decay factors are torch operations on the parameters,
-    so gradients reach the input, the parameters and the initial state."""
     dt, steps = module.dt, x.shape[0]
     shape = module._shape(x[0])
     cuba = family == "cuba"
-    dummy = x.new_zeros(())
+    dummy = x.new_zeros(())  # an operand this family does not read
     if family == "i":
         pre, a, b, r, leak = (dt * module.r) * x, dummy, dummy, dummy, dummy
     elif family == "li":
@@ -174,51 +144,76 @@ def _scan_with_gradients(module: M.Neuron, family: str, x: torch.Tensor, state: 
     reset = module.v_reset if spiking else dummy
 
     def full(t: torch.Tensor) -> torch.Tensor:
-        return t.expand(shape).contiguous()
+        return t if t is dummy else t.expand(shape).contiguous()
 
-    v0 = full(state.v)
-    i0 = full(state.i) if cuba else dummy
-    out, v, i, trace_v, trace_i = _Scan.apply(
+    operands = (
         pre.expand(steps, *shape).contiguous(),
-        v0,
-        i0,
-        *(full(t) if t is not dummy else t for t in (a, b, r, leak, threshold, reset)),
-        _FAMILIES[family],
-        spiking,
+        full(state.v),
+        full(state.i) if cuba else dummy,
+        *(full(t) for t in (a, b, r, leak, threshold, reset)),
     )
+    if module.needs_grad(x, state):
+        out, v, i, trace_v, trace_i, _ = _Scan.apply(*operands, _FAMILIES[family], spiking)
+    else:
+        out, v, i, trace_v, trace_i, _ = _forward(*operands, _FAMILIES[family], spiking, trace, False)
     traces: dict[str, torch.Tensor] = {}
     if trace:
         traces = {"i": trace_i, "v": trace_v} if cuba else {"v": trace_v}
     return out, (F.CubaLIState(i, v) if cuba else F.IState(v)), traces
 
 
+def _forward(pre, v0, i0, a, b, r, leak, threshold, reset, family, spiking, trace, save) -> tuple:  # type: ignore[no-untyped-def]
+    """Launch the forward kernel: ``(out, v, i, trace_v, trace_i, v_pre)``; the state
+    starts from copies of ``v0`` and ``i0``. Outputs a family does not have (``i``
+    without a current, traces not asked for) are 0-d placeholders that alias nothing."""
+    steps, n = pre.shape[0], v0.numel()
+    v, i = v0.clone(), (i0.clone() if family == 2 else v0)
+    out = torch.empty_like(pre)
+    trace_v = torch.empty_like(pre) if trace else out
+    trace_i = torch.empty_like(pre) if trace and family == 2 else trace_v
+    v_pre = torch.empty_like(pre) if save else out
+    operands = _pointers((a, b, r, leak, threshold, reset), v0)
+    _neuron_scan[(triton.cdiv(n, _BLOCK),)](
+        pre, v, i, *operands, out, trace_v, trace_i, v_pre,
+        steps, n,
+        FAMILY=family, SPIKING=spiking, TRACE=trace, SAVE=save, BLOCK=_BLOCK,
+        enable_fp_fusion=_precision.contract(),
+    )  # fmt: skip
+    placeholder = v.new_zeros(())
+    return (
+        out,
+        v,
+        i if family == 2 else placeholder,
+        trace_v if trace else placeholder,
+        trace_i if trace and family == 2 else placeholder,
+        v_pre if save else placeholder,
+    )
+
+
+def _pointers(operands: tuple[torch.Tensor, ...], stand_in: torch.Tensor) -> list[torch.Tensor]:
+    """The operands as the kernels take them: a 0-d placeholder (an operand the family
+    does not read) becomes ``stand_in``, a pointer that is never loaded."""
+    return [t if t.dim() else stand_in for t in operands]
+
+
 class _Scan(torch.autograd.Function):
-    """``(out, v, i, trace_v, trace_i)`` of a scan, differentiable (see :func:`_scan_with_gradients`)."""
+    """``(out, v, i, trace_v, trace_i, v_pre)`` of a scan (:func:`_forward`), differentiable."""
 
     @staticmethod
     def forward(ctx: Any, pre, v0, i0, a, b, r, leak, threshold, reset, family, spiking):  # type: ignore[override]
-        steps, n = pre.shape[0], v0.numel()
-        v, i = v0.clone(), (i0.clone() if family == 2 else v0)
-        out = torch.empty_like(pre)
-        trace_v, v_pre = torch.empty_like(pre), torch.empty_like(pre)
-        trace_i = torch.empty_like(pre) if family == 2 else trace_v
-        unused = v0  # a pointer the kernel does not read for this family
-        operands = [t if t.dim() else unused for t in (a, b, r, leak, threshold, reset)]
-        _neuron_scan[(triton.cdiv(n, _BLOCK),)](
-            pre, v, i, *operands, out, trace_v, trace_i, v_pre,
-            steps, n,
-            FAMILY=family, SPIKING=spiking, TRACE=True, SAVE=True, BLOCK=_BLOCK,
-            enable_fp_fusion=_precision.contract(),
-        )  # fmt: skip
-        ctx.save_for_backward(pre, v0, i0, *operands, out, trace_v, trace_i, v_pre)
+        results = _forward(pre, v0, i0, a, b, r, leak, threshold, reset, family, spiking, True, True)
+        out, _, _, trace_v, trace_i, v_pre = results
+        operands = _pointers((a, b, r, leak, threshold, reset), v0)
+        ctx.save_for_backward(
+            pre, v0, i0, *operands, out, trace_v, trace_i if family == 2 else trace_v, v_pre
+        )
         ctx.family, ctx.spiking = family, spiking
         ctx.scalars = [t.dim() == 0 for t in (a, b, r, leak, threshold, reset)]
-        if family != 2:  # no current: placeholders that alias nothing
-            i, trace_i = v.new_zeros(()), v.new_zeros(())
-        return out, v, i, trace_v, trace_i
+        ctx.mark_non_differentiable(v_pre)
+        return results
 
     @staticmethod
-    def backward(ctx: Any, g_out, g_v, g_i, g_trace_v, g_trace_i):  # type: ignore[override]
+    def backward(ctx: Any, g_out, g_v, g_i, g_trace_v, g_trace_i, _g_v_pre):  # type: ignore[override]
         pre, v0, i0, a, b, r, leak, threshold, reset, out, trace_v, trace_i, v_pre = ctx.saved_tensors
         steps, n = pre.shape[0], v0.numel()
         zeros = torch.zeros_like(v0)
@@ -245,30 +240,6 @@ class _Scan(torch.autograd.Function):
 
 _FAMILY = {M.I: "i", M.IF: "i", M.LI: "li", M.LIF: "li", M.CubaLI: "cuba", M.CubaLIF: "cuba"}
 _FAMILIES = {"i": 0, "li": 1, "cuba": 2}
-
-
-def _full(value: Any, shape: torch.Size, like: torch.Tensor) -> torch.Tensor:
-    """An operand of the eager kernel (a number or a tensor) as a contiguous tensor of ``shape``."""
-    if isinstance(value, torch.Tensor):
-        return value.to(like.dtype).expand(shape).contiguous()
-    return torch.full(shape, value, dtype=like.dtype, device=like.device)
-
-
-def _operands(kernel: Any, family: str, shape: torch.Size, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """(a, b, r, v_leak): the decay factors and parameters each family's update reads."""
-    if family == "i":
-        assert isinstance(kernel, IKernel)
-        return v, v, v, v  # unused: the input term holds dt * r * x
-    if family == "li":
-        assert isinstance(kernel, LIKernel)
-        return _full(kernel.a, shape, v), v, v, _full(kernel.v_leak, shape, v)
-    assert isinstance(kernel, CubaKernel)
-    return (
-        _full(kernel.a_syn, shape, v),
-        _full(kernel.a_mem, shape, v),
-        _full(kernel.r, shape, v),
-        _full(kernel.v_leak, shape, v),
-    )
 
 
 if triton is not None:

@@ -18,12 +18,16 @@ from ..neurons.modules import Delay, Neuron
 from ..state import DELAYED, NODES, unpack_state
 from .schedule import Level, Recorded, RecordError, Request, node_input, state_variables
 
-__all__ = ["NeuronScan", "eager_stepper", "run_chunk", "scan_neuron"]
+__all__ = ["LoopRunner", "NeuronScan", "eager_stepper", "record_traces", "run_chunk", "scan_neuron"]
 
 Stepper = Any  # (xs, state) -> (outputs, state, recorded, largest value's bytes per step)
 NeuronScan = Callable[[Any, torch.Tensor, Any, bool], tuple[torch.Tensor, Any, dict[str, torch.Tensor]]]
 """``(module, x [T, B, ...], state, trace) -> (outputs, state, traces)`` for one of
 nirbridge's neurons or delays outside every cycle; the Triton back-end brings its own."""
+LoopRunner = Callable[..., bool]
+"""``(level, members, values, nodes, delayed, request, recorded) -> handled`` runs a
+recurrent loop over a chunk the way :func:`run_chunk` would step it (filling ``values``,
+``nodes``, ``delayed`` and ``recorded``), or returns ``False`` to have it stepped."""
 
 
 def scan_neuron(module: Neuron | Delay, x: torch.Tensor, state: Any, trace: bool) -> Any:
@@ -33,16 +37,20 @@ def scan_neuron(module: Neuron | Delay, x: torch.Tensor, state: Any, trace: bool
 
 
 def eager_stepper(
-    module: torch.nn.Module, level: Level | None, request: Request, scan: NeuronScan = scan_neuron
+    module: torch.nn.Module,
+    level: Level | None,
+    request: Request,
+    scan: NeuronScan = scan_neuron,
+    loop: LoopRunner | None = None,
 ) -> Stepper:
     """``(xs, state) -> (outputs, state, recorded, step_bytes)`` for one chunk, in
-    eager torch (neurons outside cycles by ``scan``); ``step_bytes`` is the largest
-    value's bytes per time step."""
+    eager torch (neurons outside cycles by ``scan``, recurrent loops by ``loop`` where
+    it takes them); ``step_bytes`` is the largest value's bytes per time step."""
     if level is not None:
 
         def step_level(xs: Mapping[str, torch.Tensor], state: Any) -> Any:
             recorded: Recorded = {}
-            values, new_state = run_chunk(level, xs, state, request, recorded, scan)
+            values, new_state = run_chunk(level, xs, state, request, recorded, scan, loop)
             outputs = {name: values[name] for name in level.outputs}
             return outputs, new_state, recorded, largest_step_bytes(values.values())
 
@@ -90,6 +98,7 @@ def run_chunk(
     request: Request,
     recorded: Recorded,
     scan: NeuronScan = scan_neuron,
+    loop: LoopRunner | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Evaluate ``level`` over a chunk: ``xs`` maps Input names to ``[Tc, B, ...]``.
 
@@ -104,7 +113,8 @@ def run_chunk(
     steps = next(iter(xs.values())).shape[0]
     for members, cyclic in level.units:
         if cyclic:
-            _step_cycle(level, members, steps, values, new_nodes, new_delayed, request, recorded)
+            if loop is None or not loop(level, members, values, new_nodes, new_delayed, request, recorded):
+                _step_cycle(level, members, steps, values, new_nodes, new_delayed, request, recorded)
             continue
         name = members[0]
         if name in xs:
@@ -123,6 +133,7 @@ def run_chunk(
                 request.nested.get(name, Request()),
                 recorded,
                 scan,
+                loop,
             )
             out = _graph_output(child, inner)
         elif level.stateful[name]:
@@ -163,11 +174,7 @@ def _scan(
     want_all = name in request.variables and wanted is None
     if isinstance(module, (Neuron, Delay)):  # nirbridge's neurons and delays: one call a chunk
         out, state, traces = scan(module, x, state, bool(want_all or wanted))
-        if want_all or wanted:
-            for var, value in traces.items():
-                if want_all or var in wanted:
-                    recorded[(level.prefix + name, var)] = value
-            _pick(level, name, module, state, wanted or set(), want_all)  # unknown names raise
+        record_traces(level, name, module, state, traces, request, recorded)
         return out, state
     outs = []
     collected: dict[str, list[torch.Tensor]] = {}
@@ -180,6 +187,27 @@ def _scan(
     for var, trace in collected.items():
         recorded[(level.prefix + name, var)] = torch.stack(trace)
     return torch.stack(outs), state
+
+
+def record_traces(
+    level: Level,
+    name: str,
+    module: torch.nn.Module,
+    state: Any,
+    traces: Mapping[str, torch.Tensor],
+    request: Request,
+    recorded: Recorded,
+) -> None:
+    """Add the state variables of node ``name`` that ``request`` asks for, from a
+    scan's ``traces`` ``{variable: [Tc, B, ...]}``, to ``recorded``; a variable the
+    node lacks raises :class:`RecordError`."""
+    wanted = request.variables.get(name, set())
+    want_all = name in request.variables and wanted is None
+    if want_all or wanted:
+        for var, value in traces.items():
+            if want_all or var in wanted:
+                recorded[(level.prefix + name, var)] = value
+        _pick(level, name, module, state, wanted or set(), want_all)  # unknown names raise
 
 
 def _pick(

@@ -29,8 +29,11 @@ surrogate of :func:`nirbridge.neurons.functional.spike`, the reset's path), to t
 input, every neuron parameter (``trainable=``) and the initial state; equal to eager
 autograd's within rounding (tested: 1e-5 relative in float32, 1e-9 in float64).
 
-Not yet here: recurrent loops in one kernel (they step eagerly), and figures measured
-on a GPU; ``backend="auto"`` stays eager until they are.
+Recurrent loops: a small ``neuron ⇄ linear`` loop (the Braille SRNN's) runs as one
+kernel per chunk (:mod:`.triton_loop`) where the device's matrix product sums as that
+kernel does; other loops, and loops under gradients, step as in the eager back-end.
+
+``backend="auto"`` is this back-end on CUDA (:func:`nirbridge.engine.backend_for`).
 """
 
 from __future__ import annotations
@@ -49,7 +52,16 @@ from . import precision as _precision
 from .eager import eager_stepper, scan_neuron
 from .schedule import Level, Request
 
-__all__ = ["INTERPRETED", "scan", "triton_stepper"]
+__all__ = [
+    "FAMILIES",
+    "FAMILY_OF",
+    "INTERPRETED",
+    "factors",
+    "give_up",
+    "scan",
+    "triton_stepper",
+    "unavailable",
+]
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 """Whether Triton's interpreter runs the kernels (on CPU tensors), as this module was imported."""
@@ -83,14 +95,17 @@ def unavailable(device: torch.device) -> str | None:
 
 
 def triton_stepper(module: torch.nn.Module, level: Level | None, request: Request) -> Any:
-    """The eager schedule with the neuron scans as Triton kernels."""
+    """The eager schedule with the neuron scans, and small recurrent loops
+    (:mod:`.triton_loop`), as Triton kernels."""
     device = next((t.device for t in (*module.parameters(), *module.buffers())), torch.device("cpu"))
     reason = unavailable(device)
     if reason is not None:
         raise BackendUnavailableError(
             f"run(backend='triton'): {reason}. Use backend='eager' or backend='compile'."
         )
-    return eager_stepper(module, level, request, scan)
+    from .triton_loop import run_loop
+
+    return eager_stepper(module, level, request, scan, run_loop)
 
 
 def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
@@ -99,7 +114,7 @@ def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
     has no kernel (Delay) or the parameters are of another dtype than the input. If
     Triton cannot compile or fit a kernel on this device, the run goes on eagerly and a
     :class:`~nirbridge.CompileWarning` says why, once."""
-    family = _FAMILY.get(type(module))
+    family = FAMILY_OF.get(type(module))
     if family is None or any(getattr(module, name).dtype != x.dtype for name in module.params):
         return scan_neuron(module, x, state, trace)  # no kernel, or mixed precision: as eager
     if _failed:
@@ -107,15 +122,34 @@ def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
     try:
         return _scan(module, family, x, state, trace)
     except (CompilationError, OutOfResources) as error:
-        _failed.append(error)
-        text = str(error).strip()
-        warnings.warn(
-            f"run(backend='triton'): Triton could not build its kernel on this device, so neurons "
-            f"run eagerly from now on ({type(error).__name__}: {text.splitlines()[0] if text else ''})",
-            CompileWarning,
-            stacklevel=6,
-        )
+        give_up(error)
         return scan_neuron(module, x, state, trace)
+
+
+def give_up(error: Exception) -> None:
+    """Remember that Triton could not build a kernel on this device (everything runs
+    eagerly from then on) and say so once, as a :class:`~nirbridge.CompileWarning`."""
+    _failed.append(error)
+    text = str(error).strip()
+    warnings.warn(
+        f"run(backend='triton'): Triton could not build its kernel on this device, so neurons "
+        f"run eagerly from now on ({type(error).__name__}: {text.splitlines()[0] if text else ''})",
+        CompileWarning,
+        stacklevel=7,
+    )
+
+
+def factors(module: M.Neuron, family: str, dummy: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``(scale, a, b, r, leak)`` of a population, as the eager kernels compute them:
+    the input term is ``scale * x`` (``dt·r`` for I/IF, ``r`` for LI/LIF, ``w_in`` for
+    CubaLI/CubaLIF), the decay factors ``a = dt/τ`` (``dt/τ_syn`` and ``b = dt/τ_mem``
+    for the current-based ones); ``dummy`` where the family has no such operand."""
+    dt = module.dt
+    if family == "i":
+        return dt * module.r, dummy, dummy, dummy, dummy
+    if family == "li":
+        return module.r, dt / module.tau, dummy, dummy, module.v_leak
+    return module.w_in, dt / module.tau_syn, dt / module.tau_mem, module.r, module.v_leak
 
 
 def _scan(module: M.Neuron, family: str, x: torch.Tensor, state: Any, trace: bool) -> Any:
@@ -128,17 +162,12 @@ def _scan(module: M.Neuron, family: str, x: torch.Tensor, state: Any, trace: boo
     the input, the parameters and the initial state."""
     if state is None:
         state = module.initial_state(x[0])
-    dt, steps = module.dt, x.shape[0]
+    steps = x.shape[0]
     shape = module._shape(x[0])
     cuba = family == "cuba"
     dummy = x.new_zeros(())  # an operand this family does not read
-    if family == "i":
-        pre, a, b, r, leak = (dt * module.r) * x, dummy, dummy, dummy, dummy
-    elif family == "li":
-        pre, a, b, r, leak = module.r * x, dt / module.tau, dummy, dummy, module.v_leak
-    else:
-        pre, a, b = module.w_in * x, dt / module.tau_syn, dt / module.tau_mem
-        r, leak = module.r, module.v_leak
+    scale, a, b, r, leak = factors(module, family, dummy)
+    pre = scale * x
     spiking = isinstance(module, (M.IF, M.LIF, M.CubaLIF))
     threshold = module.v_threshold if spiking else dummy
     reset = module.v_reset if spiking else dummy
@@ -153,9 +182,9 @@ def _scan(module: M.Neuron, family: str, x: torch.Tensor, state: Any, trace: boo
         *(full(t) for t in (a, b, r, leak, threshold, reset)),
     )
     if module.needs_grad(x, state):
-        out, v, i, trace_v, trace_i, _ = _Scan.apply(*operands, _FAMILIES[family], spiking)
+        out, v, i, trace_v, trace_i, _ = _Scan.apply(*operands, FAMILIES[family], spiking)
     else:
-        out, v, i, trace_v, trace_i, _ = _forward(*operands, _FAMILIES[family], spiking, trace, False)
+        out, v, i, trace_v, trace_i, _ = _forward(*operands, FAMILIES[family], spiking, trace, False)
     traces: dict[str, torch.Tensor] = {}
     if trace:
         traces = {"i": trace_i, "v": trace_v} if cuba else {"v": trace_v}
@@ -238,11 +267,52 @@ class _Scan(torch.autograd.Function):
         return (g_pre, g_v0, g_i0 if ctx.family == 2 else None, *grads, None, None)
 
 
-_FAMILY = {M.I: "i", M.IF: "i", M.LI: "li", M.LIF: "li", M.CubaLI: "cuba", M.CubaLIF: "cuba"}
-_FAMILIES = {"i": 0, "li": 1, "cuba": 2}
+FAMILY_OF = {M.I: "i", M.IF: "i", M.LI: "li", M.LIF: "li", M.CubaLI: "cuba", M.CubaLIF: "cuba"}
+FAMILIES = {"i": 0, "li": 1, "cuba": 2}
 
 
 if triton is not None:
+
+    @triton.jit
+    def _load_neurons(
+        v_ptr, i_ptr, a_ptr, b_ptr, r_ptr, leak_ptr, th_ptr, reset_ptr, offsets, mask,
+        FAMILY: tl.constexpr, SPIKING: tl.constexpr,
+    ):  # fmt: skip
+        """``(v, i, a, b, r, leak, threshold, reset)`` at ``offsets``: what ``FAMILY``
+        reads is loaded, the rest are stand-ins (``v``) that are never used."""
+        v = tl.load(v_ptr + offsets, mask=mask)
+        i, a, b, r, leak, threshold, reset = v, v, v, v, v, v, v
+        if FAMILY >= 1:
+            a = tl.load(a_ptr + offsets, mask=mask)
+            leak = tl.load(leak_ptr + offsets, mask=mask)
+        if FAMILY == 2:
+            i = tl.load(i_ptr + offsets, mask=mask)
+            b = tl.load(b_ptr + offsets, mask=mask)
+            r = tl.load(r_ptr + offsets, mask=mask)
+        if SPIKING:
+            threshold = tl.load(th_ptr + offsets, mask=mask)
+            reset = tl.load(reset_ptr + offsets, mask=mask)
+        return v, i, a, b, r, leak, threshold, reset
+
+    @triton.jit
+    def _update(x, v, i, a, b, r, leak, FAMILY: tl.constexpr):
+        """One step of the family's update from the input term ``x``, as
+        :mod:`nirbridge.neurons.functional` orders it: ``(v, i)``."""
+        if FAMILY == 0:
+            v = v + x
+        if FAMILY == 1:
+            v = v + a * ((leak - v) + x)
+        if FAMILY == 2:
+            i = i + (x - i) * a
+            v = v + ((leak - v) + i * r) * b
+        return v, i
+
+    @triton.jit
+    def _fire(v, threshold, reset):
+        """``(z, v)``: the spike ``v > threshold`` as 0/1 and the membrane after the
+        reset ``(1 - z) v + z v_reset``."""
+        z = (v > threshold).to(v.dtype)
+        return z, (1.0 - z) * v + z * reset
 
     @triton.jit
     def _neuron_scan(
@@ -264,33 +334,15 @@ if triton is not None:
         trace_v_at = trace_v_ptr + offsets
         trace_i_at = trace_i_ptr + offsets
         v_pre_at = v_pre_ptr + offsets
-        v = tl.load(v_ptr + offsets, mask=mask)
-        if FAMILY == 1:
-            a = tl.load(a_ptr + offsets, mask=mask)
-            leak = tl.load(leak_ptr + offsets, mask=mask)
-        if FAMILY == 2:
-            i = tl.load(i_ptr + offsets, mask=mask)
-            a = tl.load(a_ptr + offsets, mask=mask)
-            b = tl.load(b_ptr + offsets, mask=mask)
-            r = tl.load(r_ptr + offsets, mask=mask)
-            leak = tl.load(leak_ptr + offsets, mask=mask)
-        if SPIKING:
-            threshold = tl.load(th_ptr + offsets, mask=mask)
-            reset = tl.load(reset_ptr + offsets, mask=mask)
+        v, i, a, b, r, leak, threshold, reset = _load_neurons(
+            v_ptr, i_ptr, a_ptr, b_ptr, r_ptr, leak_ptr, th_ptr, reset_ptr, offsets, mask, FAMILY, SPIKING
+        )
         for _ in range(steps):
-            x = tl.load(pre_at, mask=mask)
-            if FAMILY == 0:
-                v = v + x
-            if FAMILY == 1:
-                v = v + a * ((leak - v) + x)
-            if FAMILY == 2:
-                i = i + (x - i) * a
-                v = v + ((leak - v) + i * r) * b
+            v, i = _update(tl.load(pre_at, mask=mask), v, i, a, b, r, leak, FAMILY)
             if SAVE:
                 tl.store(v_pre_at, v, mask=mask)
             if SPIKING:
-                z = (v > threshold).to(v.dtype)
-                v = (1.0 - z) * v + z * reset
+                z, v = _fire(v, threshold, reset)
                 tl.store(out_at, z, mask=mask)
             else:
                 tl.store(out_at, v, mask=mask)

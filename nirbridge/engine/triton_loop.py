@@ -1,0 +1,287 @@
+r"""Small recurrent loops as one Triton kernel per chunk (the Triton back-end).
+
+A loop ``neuron ⇄ linear`` (a spiking population of ``n`` neurons, IF, LIF or CubaLIF,
+whose spikes feed a Linear or Affine layer ``n → n`` whose output comes back through
+the delayed edge, as ``input → fc → lif ⇄ w_rec`` in the Braille SRNN) runs as one
+launch per chunk. A program holds a block of batch rows: their state in registers,
+and per step
+
+.. math::
+
+    x_t = e_t + y_{t-1}, \quad \text{the neuron's update and reset on } x_t, \quad
+    y_t = W z_t + b,
+
+where :math:`e_t` is the sum of the population's other inputs (computed by torch over
+the chunk, outside the loop), :math:`y_{t-1}` the layer's output at the previous step
+(none at the very first step), :math:`z_t` the spikes. Spikes, the layer's outputs and
+recorded state variables are written out; nothing is allocated per step.
+
+Exact: the neuron's float operations are those of :mod:`.triton` (no fused
+multiply-adds under the ``"exact"`` policy), and the product :math:`W z_t` is summed
+over the inputs in index order with the bias added last. As spikes are 0 or 1, every
+term :math:`z_k W_{jk}` is exact, so only that order matters; whether the device's own
+matrix product (MKL, oneDNN, cuBLAS) sums this layer in that order is checked once per
+device, dtype, batch size and shape, by a probe: the layer applied to random spike
+patterns, against the sum in that order. Where it differs (on the CPU here: a batch of
+one, float64, layers wider than about 128), the loop is stepped as the eager back-end
+steps it, with the same results. Under the ``"fast"`` policy the probe is skipped.
+
+Not here: loops wider than :data:`WIDEST` neurons, of other shapes (several neurons,
+nested graphs, delays inside the loop), or with gradients (BPTT steps them eagerly).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..neurons import functional as F
+from ..neurons import modules as M
+from . import precision as _precision
+from .eager import record_traces
+from .schedule import Level, Recorded, Request, node_input
+from .triton import FAMILIES, FAMILY_OF, CompilationError, OutOfResources, factors, give_up, triton
+from .triton import _failed as failed
+
+__all__ = ["PROBES", "WIDEST", "run_loop", "sums_in_order"]
+
+WIDEST = 128
+"""The widest loop (neurons) that runs as one kernel; its weights stay in the cache."""
+
+PROBES = 32
+"""Calls of the device's matrix product that :func:`sums_in_order` compares."""
+
+_TILE = 1024  # batch rows x neurons per program (a power of two)
+_ORDER: dict[tuple[Any, ...], bool] = {}  # probe results: does the device sum like the kernel?
+
+
+def run_loop(
+    level: Level,
+    members: list[str],
+    values: dict[str, Any],
+    nodes: dict[str, Any],
+    delayed: dict[str, Any],
+    request: Request,
+    recorded: Recorded,
+) -> bool:
+    """Run the loop ``members`` over the chunk in one kernel, filling ``values``,
+    ``nodes``, ``delayed`` and ``recorded`` as stepping would; ``False`` (nothing
+    done) where it is not a loop this kernel runs exactly."""
+    found = _shape_of_loop(level, members)
+    if found is None or failed:
+        return False
+    name, layer_name = found
+    neuron, layer = level.modules[name], level.modules[layer_name]
+    family = FAMILY_OF[type(neuron)]
+    direct = [values[s] for s, late in level.incoming[name] if not late]
+    ext = node_input(direct).contiguous()
+    previous, state = delayed.get(layer_name), nodes.get(name)
+    tensors = [ext, layer.weight, layer.bias, previous, *(getattr(neuron, p) for p in neuron.params)]
+    tensors += list(state) if state is not None else []
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        return False  # BPTT: stepped
+    if ext.dim() != 3 or any(t.dtype != ext.dtype for t in tensors if isinstance(t, torch.Tensor)):
+        return False
+    batch, n = ext.shape[1:]
+    square = layer.in_features == n == layer.out_features
+    if not (n <= WIDEST and square) or neuron._shape(ext[0]) != (batch, n):
+        return False
+    if not _precision.contract() and not sums_in_order(layer, batch, ext):
+        return False
+    if state is None:
+        state = neuron.initial_state(ext[0])
+    wanted = request.wanted(name)
+    try:
+        out, rec, v, i, trace_v, trace_i = _launch(
+            neuron, family, layer, ext, state, previous, wanted is not False
+        )
+    except (CompilationError, OutOfResources) as error:
+        give_up(error)
+        return False
+    cuba = family == "cuba"
+    new_state = F.CubaLIState(i, v) if cuba else F.IState(v)
+    values[name], values[layer_name] = out, rec
+    nodes[name], delayed[layer_name] = new_state, rec[-1].clone()
+    for member in (name, layer_name):
+        if member in request.outputs:
+            recorded[(level.prefix + member, None)] = values[member]
+    if wanted is not False:
+        traces = {"i": trace_i, "v": trace_v} if cuba else {"v": trace_v}
+        record_traces(level, name, neuron, new_state, traces, request, recorded)
+    return True
+
+
+def _shape_of_loop(level: Level, members: list[str]) -> tuple[str, str] | None:
+    """``(neuron, layer)`` where ``members`` is a loop this kernel runs: a spiking
+    population fed by nodes outside the loop and, through one delayed edge, by a
+    Linear/Affine layer that reads only the population."""
+    if len(members) != 2 or any(m in level.children for m in members):
+        return None
+    name, layer_name = members
+    neuron, layer = level.modules[name], level.modules[layer_name]
+    if not isinstance(neuron, (M.IF, M.LIF, M.CubaLIF)) or type(layer) is not torch.nn.Linear:
+        return None
+    incoming = level.incoming[name]
+    direct = [s for s, late in incoming if not late]
+    if [s for s, late in incoming if late] != [layer_name] or not direct or set(direct) & set(members):
+        return None
+    if level.incoming[layer_name] != [(name, False)]:
+        return None
+    return name, layer_name
+
+
+def sums_in_order(layer: torch.nn.Linear, batch: int, like: torch.Tensor) -> bool:
+    """Whether the device's matrix product sums ``layer`` over ``batch`` rows of spikes
+    on ``like``'s device and dtype as the loop kernel does (inputs in index order, bias
+    last). Probed once per device, dtype, batch size, shape and bias with
+    :data:`PROBES` calls of the same torch function on random weights (full-precision
+    mantissas over a wide range of magnitudes, so that any other order shows in the
+    rounding) and spike patterns of every density, against the sum in that order."""
+    weight, bias = layer.weight, layer.bias
+    if not weight.is_contiguous():
+        return False
+    key = (like.device, like.dtype, batch, tuple(weight.shape), bias is not None)
+    if key not in _ORDER:
+        generator = torch.Generator().manual_seed(0)
+        options = {"dtype": like.dtype, "generator": generator}
+        rows, columns = weight.shape
+        scales = torch.exp2(torch.randint(-6, 7, (rows, columns), generator=generator)).to(like.dtype)
+        w = (torch.randn(rows, columns, **options) * scales).to(like.device)
+        b = torch.randn(rows, **options).to(like.device) if bias is not None else None
+        density = torch.linspace(0.05, 0.95, PROBES, dtype=torch.float64).view(PROBES, 1, 1)
+        z = (torch.rand(PROBES, batch, columns, generator=generator, dtype=torch.float64) < density).to(like)
+        with torch.no_grad():
+            got = torch.stack([torch.nn.functional.linear(pattern, w, b) for pattern in z])
+            _ORDER[key] = torch.equal(got, _in_order(z, w, b))
+    return _ORDER[key]
+
+
+def _in_order(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``z @ weight.T + bias`` (``z`` ``[..., in]``) summed as the kernel sums it: over
+    the inputs in index order from zero, the bias last (separate torch operations: no
+    fused multiply-adds)."""
+    total = z.new_zeros(*z.shape[:-1], weight.shape[0])
+    for k in range(weight.shape[1]):
+        total = total + z[..., k : k + 1] * weight[:, k]
+    return total + bias if bias is not None else total
+
+
+def _launch(
+    neuron: M.Neuron,
+    family: str,
+    layer: torch.nn.Linear,
+    ext: torch.Tensor,
+    state: Any,
+    previous: torch.Tensor | None,
+    trace: bool,
+) -> tuple[torch.Tensor, ...]:
+    """``(spikes, layer outputs, v, i, trace_v, trace_i)`` over the chunk ``ext``; the
+    state starts from copies. Traces are placeholders unless ``trace``."""
+    steps, batch, n = ext.shape
+    cuba = family == "cuba"
+    dummy = ext.new_zeros(())
+    operands = [
+        t if t is dummy else t.expand(batch, n).contiguous()
+        for t in (*factors(neuron, family, dummy), neuron.v_threshold, neuron.v_reset)
+    ]
+    scale, a, b, r, leak, threshold, reset = operands
+    v = state.v.expand(batch, n).clone(memory_format=torch.contiguous_format)
+    i = state.i.expand(batch, n).clone(memory_format=torch.contiguous_format) if cuba else v
+    out, rec = torch.empty_like(ext), torch.empty_like(ext)
+    trace_v = torch.empty_like(ext) if trace else out
+    trace_i = torch.empty_like(ext) if trace and cuba else trace_v
+    weight = layer.weight.contiguous()
+    bias = layer.bias if layer.bias is not None else weight
+    start = previous.contiguous() if previous is not None else v
+    block_n = triton.next_power_of_2(n)
+    block_b = max(1, min(triton.next_power_of_2(batch), _TILE // block_n))
+    _loop_scan[(triton.cdiv(batch, block_b),)](
+        ext, *(v if t is dummy else t for t in (scale, i, a, b, r, leak, threshold, reset)), v,
+        weight, bias, start, out, rec, trace_v, trace_i,
+        steps, batch, n,
+        FAMILY=FAMILIES[family], HAS_PREVIOUS=previous is not None, HAS_BIAS=layer.bias is not None,
+        TRACE=trace, BLOCK_B=block_b, BLOCK_N=block_n,
+        enable_fp_fusion=_precision.contract(),
+    )  # fmt: skip
+    placeholder = ext.new_zeros(())
+    return (
+        out,
+        rec,
+        v,
+        i if cuba else placeholder,
+        trace_v if trace else placeholder,
+        trace_i if trace and cuba else placeholder,
+    )
+
+
+if triton is not None:
+    import triton.language as tl
+
+    from .triton import _fire, _load_neurons, _update
+
+    @triton.jit
+    def _loop_scan(
+        ext_ptr, scale_ptr, i_ptr, a_ptr, b_ptr, r_ptr, leak_ptr, th_ptr, reset_ptr, v_ptr,
+        w_ptr, bias_ptr, start_ptr, out_ptr, rec_ptr, trace_v_ptr, trace_i_ptr,
+        steps, batch, n,
+        FAMILY: tl.constexpr, HAS_PREVIOUS: tl.constexpr, HAS_BIAS: tl.constexpr, TRACE: tl.constexpr,
+        BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
+    ):  # fmt: skip
+        """A block of batch rows through ``steps`` of the loop: the input ``ext`` plus
+        the layer's previous output, the family's update and reset, then the layer
+        ``rec = W z + bias`` summed over ``k`` in order from the spikes just stored
+        (a barrier makes the block's spikes visible to all its threads)."""
+        rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)[:, None]
+        cols = tl.arange(0, BLOCK_N)[None, :]
+        row_ok = rows < batch
+        col_ok = cols < n
+        mask = row_ok & col_ok
+        offsets = rows * n + cols
+        v, i, a, b, r, leak, threshold, reset = _load_neurons(
+            v_ptr, i_ptr, a_ptr, b_ptr, r_ptr, leak_ptr, th_ptr, reset_ptr, offsets, mask, FAMILY, True
+        )
+        scale = tl.load(scale_ptr + offsets, mask=mask)
+        rec = tl.load(start_ptr + offsets, mask=mask)  # the layer's previous output (unused without one)
+        if HAS_BIAS:
+            bias = tl.load(bias_ptr + cols, mask=col_ok)
+        ext_at = ext_ptr + offsets  # pointers advance by batch x n a step
+        out_at = out_ptr + offsets
+        spikes_at = out_ptr + rows * n
+        rec_at = rec_ptr + offsets
+        trace_v_at = trace_v_ptr + offsets
+        trace_i_at = trace_i_ptr + offsets
+        stride = batch * n
+        for t in range(steps):
+            x = tl.load(ext_at, mask=mask)
+            if HAS_PREVIOUS:
+                x = x + rec
+            else:
+                x = tl.where(t > 0, x + rec, x)
+            v, i = _update(scale * x, v, i, a, b, r, leak, FAMILY)
+            z, v = _fire(v, threshold, reset)
+            tl.store(out_at, z, mask=mask)
+            if TRACE:
+                tl.store(trace_v_at, v, mask=mask)
+                if FAMILY == 2:
+                    tl.store(trace_i_at, i, mask=mask)
+            tl.debug_barrier()
+            total = tl.zeros_like(v)
+            for k in range(n):
+                spike = tl.load(spikes_at + k, mask=row_ok)
+                weight = tl.load(w_ptr + cols * n + k, mask=col_ok)
+                total = total + spike * weight
+            if HAS_BIAS:
+                rec = total + bias
+            else:
+                rec = total
+            tl.store(rec_at, rec, mask=mask)
+            ext_at += stride
+            out_at += stride
+            spikes_at += stride
+            rec_at += stride
+            trace_v_at += stride
+            trace_i_at += stride
+        tl.store(v_ptr + offsets, v, mask=mask)
+        if FAMILY == 2:
+            tl.store(i_ptr + offsets, i, mask=mask)

@@ -160,7 +160,9 @@ def run(
             back to eager with a warning if compilation fails, and runs eagerly when
             gradients are needed), ``"triton"`` (the neuron scans as Triton kernels, one
             launch per population and chunk, see :mod:`nirbridge.engine.triton`; CUDA),
-            or ``"auto"``: the fastest exact one for a single run, today ``"eager"``.
+            or ``"auto"``: the fastest exact one for a single run, ``"triton"`` on CUDA
+            where Triton is installed and ``"eager"`` elsewhere (see
+            :func:`nirbridge.engine.backend_for`).
         precision: ``"exact"``: float32 convolutions and matrix products in full
             float32 (no TF32) and no fused multiply-adds in compiled kernels, so results
             equal stepping on every device; ``"fast"``: TF32 and contraction where the
@@ -193,7 +195,7 @@ def run(
     _precision.check(precision, "run")
     if compile and backend not in ("auto", "compile"):
         raise ParameterError(f"run(compile=True, backend={backend!r}): compile=True is backend='compile'")
-    chosen = backend_for("compile" if compile else backend)
+    chosen = backend_for("compile" if compile else backend, device)
 
     stepper = eager_stepper(module, level, request)
     if chosen == "compile":

@@ -16,7 +16,10 @@ the schedule imports the interpreter.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Literal
+
+import torch
 
 from ..errors import ParameterError
 
@@ -26,18 +29,22 @@ Backend = Literal["auto", "eager", "compile", "triton"]
 BACKENDS: tuple[str, ...] = ("auto", "eager", "compile", "triton")
 
 
-def backend_for(backend: str) -> str:
-    """The back-end a run uses: ``backend`` itself, or for ``"auto"`` the fastest exact
-    one.
+def backend_for(backend: str, device: torch.device | str | None = None) -> str:
+    """The back-end a run on ``device`` uses: ``backend`` itself, or for ``"auto"`` the
+    fastest exact one.
 
-    ``"auto"`` is ``"eager"``: on the CPU, ``"compile"`` runs faster once compiled but
+    ``"auto"`` is ``"triton"`` on CUDA where Triton is installed (one kernel launch per
+    neuron population and chunk, and per small recurrent loop, where eager pays several
+    per step; exact, and with gradients through its reverse-time kernels), and
+    ``"eager"`` everywhere else: on the CPU, ``"compile"`` runs faster once compiled but
     spends 10-40 s compiling each module, which a single run does not win back (ask for
-    it where a module runs many sequences); with gradients, eager is the back-end BPTT
-    runs on; on CUDA, the compiled and Triton back-ends are not yet measured on a GPU
-    (no GPU was lent while they were written): they become the default once they are.
+    it where a module runs many sequences), and Triton runs there only under its
+    interpreter.
     """
     if backend not in BACKENDS:
         raise ParameterError(f"run(backend={backend!r}): use 'auto', 'eager', 'compile' or 'triton'")
-    if backend == "auto":
-        return "eager"
-    return backend
+    if backend != "auto":
+        return backend
+    if device is not None and torch.device(device).type == "cuda" and importlib.util.find_spec("triton"):
+        return "triton"
+    return "eager"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import warnings
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -24,7 +25,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _train(rank: int, world: int, port: int, results: str) -> None:
+def _train(rank: int, world: int, port: int, results: str, backend: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         torch.manual_seed(0)
@@ -32,7 +33,7 @@ def _train(rank: int, world: int, port: int, results: str) -> None:
             warnings.simplefilter("ignore", nirbridge.NirBridgeWarning)
             gm = nirbridge.nir_to_torch(BRAILLE)
         initial = {k: v.detach().clone() for k, v in gm.named_parameters()}
-        model = DistributedDataParallel(nirbridge.SequenceModule(gm))
+        model = DistributedDataParallel(nirbridge.SequenceModule(gm, backend=backend))
         optimiser = torch.optim.SGD(model.parameters(), lr=0.05)
         data = torch.Generator().manual_seed(100 + rank)  # each replica sees other data
         agreed = []
@@ -54,8 +55,11 @@ def _train(rank: int, world: int, port: int, results: str) -> None:
         dist.destroy_process_group()
 
 
-def test_ddp_keeps_two_replicas_equal(tmp_path):
-    mp.spawn(_train, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+def test_ddp_keeps_two_replicas_equal(tmp_path, backend):
+    """Also through the Triton back-end's reverse-time kernels (Triton's interpreter
+    without a GPU: the replicas inherit TRITON_INTERPRET from conftest)."""
+    mp.spawn(_train, args=(2, _free_port(), str(tmp_path), backend), nprocs=2, join=True)
     for rank in range(2):
         result = torch.load(tmp_path / f"rank{rank}.pt")
         assert result["agreed"] == [True] * STEPS

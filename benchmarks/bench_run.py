@@ -15,6 +15,9 @@ Networks (float32, batch 32):
   dense  4 x (Affine 128x128 -> LIF 128), T=500, dt=1e-4 (bench_interpret's spiking chain)
   srnn   the NIR paper's Braille SRNN (12 -> 38 recurrent CubaLIF -> 7 CubaLIF), T=500, dt=1e-4
   cnn    the NIR paper's N-MNIST CNN (sinabs export, IF neurons), T=300, dt=1
+and by default on CUDA only (choose them with --networks elsewhere):
+  dense-long  dense at T=5000
+  wide        4 x (Affine 1024x1024 -> LIF 1024), batch 256, T=500
 Inputs are random 0/1 spikes. Variants: nirbridge stepping (``out, state = gm(x[t], state)``),
 nirtorch 2.6 stepping (nirtorch's interpreter around the same nirbridge node modules),
 ``nirbridge.run`` eager, with ``backend="compile"`` and (on CUDA) ``backend="triton"``,
@@ -32,6 +35,10 @@ the reference being nirtorch stepping (nirbridge stepping where nirtorch cannot 
 Memory: in a fresh subprocess per case, the peak RSS of one ``run`` call above the RSS
 right before it (peak reset with /proc/self/clear_refs, then VmHWM after; ru_maxrss as a
 cross-check where it was reset too: after fork it holds the parent's peak).
+GPU targets (the Triton issue, on CUDA, each against this run): run triton no slower than
+spikingjelly on dense and dense-long, <= 1.2x the floor on wide, <= 3 ms on srnn, <= 1.3x
+the floor on cnn; BPTT <= 1.2x spikingjelly on dense, <= 10 ms on srnn; peak CUDA memory
+in the memory section.
 Targets (issues): run eager >= 1.0x nirtorch stepping on dense and srnn, 1.2x on cnn;
 compile >= 3.5x on dense, 7x on srnn, 1.5x on cnn, never slower than eager, and >= 5x
 snntorch native on dense; T=5000 dense recording every LIF layer as bool < 150 MiB above
@@ -95,6 +102,17 @@ TARGETS = {
     ("cnn", COMPILED, None): 1.5,
     ("dense", COMPILED, SNNTORCH): 5.0,
 }
+# on CUDA: (network, variant) -> (reference, at most this many times the reference's ms),
+# or (None, at most this many ms)
+GPU_TARGETS = {
+    ("dense", TRITON): (SPIKINGJELLY, 1.0),
+    ("dense-long", TRITON): (SPIKINGJELLY, 1.0),
+    ("wide", TRITON): (FLOOR, 1.2),
+    ("srnn", TRITON): (None, 3.0),
+    ("cnn", TRITON): (FLOOR, 1.3),
+    ("bptt-dense", TRITON): (SPIKINGJELLY, 1.2),
+    ("bptt-srnn", TRITON): (None, 10.0),
+}
 MEMORY_TARGET_MIB = 150.0
 QUIET_LOAD = 0.5  # the 1-minute load average a verdict may start at
 
@@ -117,7 +135,15 @@ NETWORKS = {
         0.25,
     ),
     "cnn": ("N-MNIST CNN (sinabs, IF)", lambda: nirbridge.read(CNN_FILE), 1.0, 300, 0.25),
+    "dense-long": ("4 x (Affine 128x128 -> LIF 128)", dense_graph, 1e-4, 5000, 0.2),
+    "wide": ("4 x (Affine 1024x1024 -> LIF 1024)", lambda: wide_graph(), 1e-4, 500, 0.2),
 }
+CPU_NETWORKS = ["dense", "srnn", "cnn"]  # the default on the CPU; CUDA runs all of NETWORKS
+BATCHES = {"wide": 256}  # batch size where it is not BATCH
+
+
+def wide_graph() -> nir.NIRGraph:
+    return affine_lif_chain(4, width=1024, seed=1, gain=4.0, r=10.0, tau=(1e-3, 5e-3))
 
 
 def input_shape(graph: nir.NIRGraph) -> tuple[int, ...]:
@@ -126,9 +152,9 @@ def input_shape(graph: nir.NIRGraph) -> tuple[int, ...]:
     return tuple(int(s) for s in inputs[0].input_type["input"])
 
 
-def make_inputs(graph: nir.NIRGraph, steps: int, rate: float, device: str, dtype=torch.float32):
+def make_inputs(graph: nir.NIRGraph, steps: int, rate: float, device: str, dtype=torch.float32, batch=BATCH):
     gen = torch.Generator().manual_seed(0)
-    spikes = torch.rand((steps, BATCH, *input_shape(graph)), generator=gen) < rate
+    spikes = torch.rand((steps, batch, *input_shape(graph)), generator=gen) < rate
     return spikes.to(device=device, dtype=dtype)
 
 
@@ -365,8 +391,9 @@ def bench_network(name: str, args, results: dict) -> None:
     device, sync = args.device, sync_fn(args.device)
     graph = factory()
     shape = input_shape(graph)
-    inputs = make_inputs(graph, steps, rate, device)
-    print(f"\n== {name}: {description}, batch {BATCH}, T={steps}, dt={dt:g}, input {list(shape)} rate {rate}")
+    batch = BATCHES.get(name, BATCH)
+    inputs = make_inputs(graph, steps, rate, device, batch=batch)
+    print(f"\n== {name}: {description}, batch {batch}, T={steps}, dt={dt:g}, input {list(shape)} rate {rate}")
     gm = nirbridge.nir_to_torch(graph, dt=dt, device=device)
     notes: dict[str, str] = {}
     row: dict = {"times": {}, "notes": notes, "steps": steps, "cold": None}
@@ -388,7 +415,7 @@ def bench_network(name: str, args, results: dict) -> None:
             print(f"   {notes[NIRTORCH]}; reference = nirbridge stepping")
             reference = STEP
 
-        variants[EAGER] = run_variant(gm, inputs, sync)
+        variants[EAGER] = run_variant(gm, inputs, sync, backend="eager")
         assert torch.equal(variants[EAGER](), reference_out), f"{name}: run eager != stepping"
         if device.startswith("cuda"):  # the Triton kernels (on the CPU only its interpreter runs them)
             variants[TRITON] = run_variant(gm, inputs, sync, backend="triton")
@@ -406,7 +433,7 @@ def bench_network(name: str, args, results: dict) -> None:
             if str(e).startswith("MISMATCH"):
                 results["failed_checks"].append(f"{name}: {e}")
 
-        if name == "dense":
+        if name in ("dense", "dense-long", "wide"):
             linears, leakies = snntorch_dense(graph, dt, device)
             variants[SNNTORCH] = layered_stepping(linears, leakies, lambda n: n.init_leaky(), inputs, sync)
             linears, cells = norse_dense(graph, dt, device)
@@ -640,6 +667,10 @@ def print_summary(results: dict, args) -> None:
             mark = f"< {MEMORY_TARGET_MIB:.0f} MiB {'PASS' if ok else 'FAIL'}"
         label = f"peak RSS +MiB {case}"
         print(f"{'memory':<7} {label:<28} {report['peak_increase_mib']:>10.1f} {'':^19} {'':>22}  {mark}")
+    if args.device == "cuda":
+        print("\n== GPU targets (the Triton issue), against this run")
+        for line in gpu_targets(results):
+            print("   " + line)
     for row in results["examples"]:
         print(row)
     if results["failed_checks"]:
@@ -650,42 +681,73 @@ def print_summary(results: dict, args) -> None:
 
 
 def bench_bptt(args, results: dict) -> None:
-    """Forward and backward (BPTT) through the dense chain, T=500, batch 32: run eager,
-    run triton (on CUDA), and spikingjelly's multi-step LIF; ms per sequence."""
+    """Forward and backward (BPTT), T=500, batch 32, ms per sequence: on the dense chain
+    run eager, run triton (on CUDA) and spikingjelly's multi-step LIF; on the Braille
+    SRNN run eager and run triton (on CUDA)."""
     device, sync = args.device, sync_fn(args.device)
-    graph, dt, steps = dense_graph(), 1e-4, 500
-    inputs = make_inputs(graph, steps, 0.2, device)
-    weights = torch.randn((*inputs.shape[:2], 128), generator=torch.Generator().manual_seed(1)).to(device)
-    gm = nirbridge.nir_to_torch(graph, dt=dt, device=device)
-    jelly = spikingjelly_dense(graph, dt, device, inputs, sync)
+    results["bptt"] = {}
+    for case, factory, width in (("bptt-dense", dense_graph, 128), ("bptt-srnn", NETWORKS["srnn"][1], 7)):
+        graph, dt, steps = factory(), 1e-4, 500
+        inputs = make_inputs(graph, steps, 0.2 if case == "bptt-dense" else 0.25, device)
+        weights = torch.randn((*inputs.shape[:2], width), generator=torch.Generator().manual_seed(1)).to(
+            device
+        )
+        gm = nirbridge.nir_to_torch(graph, dt=dt, device=device)
 
-    def through_run(backend):
-        def fn():
-            gm.zero_grad(set_to_none=True)
-            out = nirbridge.run(gm, inputs, backend=backend, progress=False).output
-            (out * weights).sum().backward()
-            sync()
+        def through_run(backend, gm=gm, inputs=inputs, weights=weights):
+            def sequence():
+                gm.zero_grad(set_to_none=True)
+                out = nirbridge.run(gm, inputs, backend=backend, progress=False).output
+                (out * weights).sum().backward()
+                sync()
 
-        return fn
+            return sequence
 
-    def through_jelly():
-        for p in jelly.parameters:
-            p.grad = None
-        (jelly() * weights).sum().backward()
-        sync()
+        variants = {EAGER: through_run("eager")}
+        if case == "bptt-dense":
+            jelly = spikingjelly_dense(graph, dt, device, inputs, sync)
 
-    variants = {EAGER: through_run("eager"), SPIKINGJELLY: through_jelly}
-    if device.startswith("cuda"):
-        variants[TRITON] = through_run("triton")
-    for fn in variants.values():
-        fn()
-    times = measure(variants, max(3, args.repeats // 3))
-    results["bptt"] = times
-    print(f"\n== BPTT, dense 4 x 128, T={steps}, batch {BATCH}: forward + backward, ms per sequence")
-    for name, values in times.items():
-        ratio, lo, hi = speedup(times, name, SPIKINGJELLY)
-        median = statistics.median(values)
-        print(f"   {name:<28} {median:9.1f}  {ratio:5.2f}x spikingjelly ({lo:.2f}-{hi:.2f})")
+            def through_jelly(jelly=jelly, weights=weights):
+                for p in jelly.parameters:
+                    p.grad = None
+                (jelly() * weights).sum().backward()
+                sync()
+
+            variants[SPIKINGJELLY] = through_jelly
+        if device.startswith("cuda"):
+            variants[TRITON] = through_run("triton")
+        for fn in variants.values():
+            fn()
+        times = measure(variants, max(3, args.repeats // 3))
+        results["bptt"][case] = times
+        network = NETWORKS["dense" if case == "bptt-dense" else "srnn"][0]
+        print(f"\n== {case}: {network}, T={steps}, batch {BATCH}:")
+        print("   forward + backward, ms per sequence")
+        reference = SPIKINGJELLY if SPIKINGJELLY in times else EAGER
+        for name, values in times.items():
+            ratio, lo, hi = speedup(times, name, reference)
+            median = statistics.median(values)
+            print(f"   {name:<28} {median:9.1f}  {ratio:5.2f}x {reference} ({lo:.2f}-{hi:.2f})")
+
+
+def gpu_targets(results: dict) -> list[str]:
+    """The Triton issue's targets against what this run measured (CUDA runs only)."""
+    lines = []
+    tables = {name: row["times"] for name, row in results["networks"].items()}
+    tables.update(results.get("bptt", {}))
+    for (case, variant), (reference, limit) in GPU_TARGETS.items():
+        times = tables.get(case)
+        if times is None or variant not in times or (reference is not None and reference not in times):
+            lines.append(f"{case:<11} {variant} n/a (not measured in this run)")
+            continue
+        ms = statistics.median(times[variant])
+        if reference is None:
+            ok, what = ms <= limit, f"{ms:.2f} ms, target <= {limit:g} ms"
+        else:
+            ratio = ms / statistics.median(times[reference])
+            ok, what = ratio <= limit, f"{ms:.2f} ms = {ratio:.2f}x {reference}, target <= {limit:g}x"
+        lines.append(f"{case:<11} {variant}: {what} {'PASS' if ok else 'FAIL'}")
+    return lines
 
 
 # ----------------------------------------------------------------------------- example files
@@ -713,7 +775,10 @@ def bench_examples(args, results: dict) -> None:
         sync = sync_fn(args.device)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", nirbridge.DtWarning)
-            variants = {STEP: stepping(gm, inputs, sync), EAGER: run_variant(gm, inputs, sync)}
+            variants = {
+                STEP: stepping(gm, inputs, sync),
+                EAGER: run_variant(gm, inputs, sync, backend="eager"),
+            }
             reference = variants[STEP]()
             assert torch.equal(variants[EAGER](), reference), f"{path.name}: eager != stepping"
             try:
@@ -745,7 +810,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None, help="default 9, or 3 with --quick")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
+    parser.add_argument(
+        "--networks",
+        nargs="+",
+        default=None,
+        choices=list(NETWORKS),
+        help="default: dense srnn cnn; all on CUDA",
+    )
     parser.add_argument("--examples", action="store_true", help="also time every example file")
     parser.add_argument("--_memory", choices=list(MEMORY_CASES), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -756,14 +827,13 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device")
     args.repeats = args.repeats or (3 if args.quick else 9)
+    args.networks = args.networks or (list(NETWORKS) if args.device == "cuda" else CPU_NETWORKS)
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(
         f"torch {torch.__version__}, nirtorch 2.6, nir {getattr(nir, 'version', '?')}, "
         f"snntorch {snn.__version__}, threads {torch.get_num_threads()}, device {device_name}, "
         f"repeats {args.repeats}{' (quick)' if args.quick else ''}"
     )
-    if args.device == "cuda":
-        print("CUDA graphs: not measured")
     load_before = load_average()
     print(f"load average (1 min) before: {load_before:.2f}")
     results: dict = {"networks": {}, "memory": {}, "failed_checks": [], "examples": []}
@@ -771,7 +841,7 @@ def main() -> None:
     # memory first: a child inherits the parent's peak RSS in ru_maxrss, so keep it small
     memory_cases = ["dense-record", "dense-output"]
     if not args.quick:
-        memory_cases += list(args.networks)
+        memory_cases += [name for name in args.networks if name in MEMORY_CASES]
     bench_memory(memory_cases, args, results)
     for name in args.networks:
         bench_network(name, args, results)

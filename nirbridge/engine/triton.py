@@ -385,7 +385,9 @@ if triton is not None:
         g_trace_v_at = g_trace_v_ptr + last + offsets
         g_trace_i_at = g_trace_i_ptr + last + offsets
         g_pre_at = g_pre_ptr + last + offsets
-        v0 = tl.load(v0_ptr + offsets, mask=mask)
+        v0, i0, a, b, r, leak, threshold, reset = _load_neurons(
+            v0_ptr, i0_ptr, a_ptr, b_ptr, r_ptr, leak_ptr, th_ptr, reset_ptr, offsets, mask, FAMILY, SPIKING
+        )
         gv = tl.load(g_v_ptr + offsets, mask=mask)
         zero = gv * 0.0
         g_a = zero
@@ -394,17 +396,8 @@ if triton is not None:
         g_leak = zero
         g_th = zero
         g_reset = zero
-        if FAMILY >= 1:
-            a = tl.load(a_ptr + offsets, mask=mask)
-            leak = tl.load(leak_ptr + offsets, mask=mask)
         if FAMILY == 2:
-            i0 = tl.load(i0_ptr + offsets, mask=mask)
             gi = tl.load(g_i_ptr + offsets, mask=mask)
-            b = tl.load(b_ptr + offsets, mask=mask)
-            r = tl.load(r_ptr + offsets, mask=mask)
-        if SPIKING:
-            threshold = tl.load(th_ptr + offsets, mask=mask)
-            reset = tl.load(reset_ptr + offsets, mask=mask)
         for k in range(steps):
             first = k == steps - 1  # step 0: the previous state is the initial one
             gv = gv + tl.load(g_trace_v_at, mask=mask)

@@ -21,6 +21,7 @@ from .errors import DtWarning as DtWarning
 from .errors import GraphStructureError as GraphStructureError
 from .errors import InputError as InputError
 from .errors import LossyConversionWarning as LossyConversionWarning
+from .errors import MemoryLimitError as MemoryLimitError
 from .errors import MissingNodeError as MissingNodeError
 from .errors import MissingShapeError as MissingShapeError
 from .errors import NirBridgeError as NirBridgeError
@@ -60,6 +61,7 @@ __all__ = [
     "GraphStructureError",
     "InputError",
     "LossyConversionWarning",
+    "MemoryLimitError",
     "MissingNodeError",
     "MissingShapeError",
     "NirBridgeError",

@@ -133,6 +133,18 @@ class BackendUnavailableError(ParameterError):
     and which back-end to use instead."""
 
 
+class MemoryLimitError(NirBridgeError, MemoryError):
+    """A build or a run would allocate more than the device has free; the message says
+    how much was asked, how much is free and what to change (see :mod:`nirbridge.limits`).
+
+    ``requested`` and ``free`` are the byte counts compared."""
+
+    def __init__(self, message: str, requested: int = 0, free: int = 0) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.free = free
+
+
 class NirFileError(NirBridgeError):
     """A .nir file cannot be read or written; the message names the file."""
 

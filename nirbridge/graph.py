@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import nir
@@ -29,24 +29,56 @@ from .errors import (
     RepairWarning,
     ShapeMismatchError,
 )
+from .limits import MAX_NESTING
 
 Shape = tuple[int, ...]
 
 __all__ = [
     "Plan",
     "check_edges",
+    "check_nesting",
+    "describe_duplicates",
+    "duplicate_edges",
     "check_structure",
+    "conv_args",
     "cycles",
     "declared_shape",
     "evaluation_order",
     "Shapes",
     "infer_shapes",
+    "integer",
+    "integers",
+    "ints",
     "plan",
 ]
 
 
 def _where(path: str) -> str:
     return f" in subgraph '{path}'" if path else ""
+
+
+def check_nesting(graph: Any, where: str = "") -> int:
+    """The depth of the graphs nested in ``graph`` (0: none), found iteratively; raises
+    :class:`GraphStructureError` naming the deepest path where it exceeds
+    :data:`nirbridge.limits.MAX_NESTING` (a graph that holds itself never ends).
+    ``where`` (a file, a function) prefixes the message."""
+    deepest = 0
+    stack: list[tuple[Any, str, int]] = [(graph, "", 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise GraphStructureError(
+                f"{where + ': ' if where else ''}graphs nest more than {MAX_NESTING} deep (at "
+                f"{path[:200]!r}{'...' if len(path) > 200 else ''}); nirbridge reads, writes and runs "
+                f"graphs nested up to {MAX_NESTING} deep. Flatten the inner graphs into their parents"
+            )
+        deepest = max(deepest, depth)
+        nodes = getattr(node, "nodes", None) if isinstance(node, nir.NIRGraph) else None
+        if isinstance(nodes, Mapping):
+            for name, child in nodes.items():
+                if isinstance(child, nir.NIRGraph):
+                    stack.append((child, f"{path}.{name}" if path else str(name), depth + 1))
+    return deepest
 
 
 def check_edges(graph: nir.NIRGraph, path: str = "") -> None:
@@ -56,22 +88,88 @@ def check_edges(graph: nir.NIRGraph, path: str = "") -> None:
     parent, used in messages. Raises :class:`MissingNodeError` naming the edge and the
     missing node, or :class:`GraphStructureError`.
     """
+    check_nesting(graph)
+    for level, where in _levels(graph, path):
+        _check_level_edges(level, where)
+
+
+def _levels(graph: nir.NIRGraph, path: str = "") -> Iterator[tuple[nir.NIRGraph, str]]:
+    """``graph`` and every graph nested in it, with their dotted paths, iteratively
+    (each level is yielded before its nested graphs are looked at, so a check of the
+    level runs before its nodes are walked)."""
+    stack = [(graph, path)]
+    while stack:
+        level, where = stack.pop()
+        yield level, where
+        for name, node in level.nodes.items():
+            if isinstance(node, nir.NIRGraph):
+                stack.append((node, f"{where}.{name}" if where else str(name)))
+
+
+def _check_level_edges(graph: nir.NIRGraph, path: str) -> None:
     nodes = graph.nodes
     if not isinstance(nodes, Mapping):
         raise GraphStructureError(
             f"graph{_where(path)} has nodes of type {type(nodes).__name__}; "
             "NIRGraph.nodes must be a dict mapping names to NIR nodes"
         )
-    for edge in graph.edges:
-        if len(edge) != 2:
-            raise GraphStructureError(f"edge {edge!r}{_where(path)} is not a (source, target) pair")
+    for name, node in nodes.items():
+        if not isinstance(name, str):
+            raise GraphStructureError(
+                f"node key {name!r}{_where(path)} is a {type(name).__name__}; NIR node names are "
+                f"strings: use {str(name)!r}"
+            )
+        if not isinstance(node, nir.NIRNode):
+            raise GraphStructureError(
+                f"node {name!r}{_where(path)} is a {type(node).__name__}, not a NIR node; "
+                "build it with one of nir's node classes"
+            )
+    edges = graph.edges
+    if isinstance(edges, (str, bytes, Mapping)) or not isinstance(edges, (Sequence, np.ndarray)):
+        raise GraphStructureError(
+            f"graph{_where(path)} has edges of type {type(edges).__name__}; NIRGraph.edges must be a "
+            "list of (source, target) pairs of node names (an empty list for none)"
+        )
+    for edge in edges:
+        if isinstance(edge, (str, bytes)) or not isinstance(edge, (Sequence, np.ndarray)) or len(edge) != 2:
+            raise GraphStructureError(
+                f"edge {edge!r}{_where(path)} is not a (source, target) pair of node names"
+            )
         src, dst = edge
         for end in (src, dst):
+            if not isinstance(end, str):
+                raise GraphStructureError(
+                    f"edge {tuple(edge)!r}{_where(path)} names {end!r}, a {type(end).__name__}; "
+                    "edges name nodes by their string names"
+                )
             if end not in nodes:
                 raise MissingNodeError((src, dst), end, path)
-    for name, node in nodes.items():
-        if isinstance(node, nir.NIRGraph):
-            check_edges(node, f"{path}.{name}" if path else name)
+
+
+def duplicate_edges(graph: nir.NIRGraph) -> dict[str, list[tuple[str, str]]]:
+    """Edges listed more than once, by the dotted path of their graph (``""``: the
+    top level), nested graphs included. Each such connection counts once (see
+    :func:`plan`)."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for level, where in _levels(graph):
+        seen: set[tuple[str, str]] = set()
+        for edge in level.edges:
+            key = (str(edge[0]), str(edge[1]))
+            if key in seen and key not in found.get(where, []):
+                found.setdefault(where, []).append(key)
+            seen.add(key)
+    return found
+
+
+def describe_duplicates(found: Mapping[str, list[tuple[str, str]]]) -> str:
+    """The message of a :class:`RepairWarning` about duplicate edges."""
+    listed = "; ".join(
+        ", ".join(f"{a!r} -> {b!r}" for a, b in edges) + _where(where) for where, edges in found.items()
+    )
+    return (
+        f"edges listed more than once: {listed}. An edge connects two nodes once, so each counts "
+        "once (a repeated edge would otherwise add its source twice); remove the repeats from the graph"
+    )
 
 
 def check_structure(graph: nir.NIRGraph, path: str = "") -> None:
@@ -82,7 +180,8 @@ def check_structure(graph: nir.NIRGraph, path: str = "") -> None:
     :class:`GraphStructureError`.
     """
     check_edges(graph, path)
-    _check_level(graph, path)
+    for level, where in _levels(graph, path):
+        _check_level(level, where)
 
 
 def _check_level(graph: nir.NIRGraph, path: str) -> None:
@@ -98,10 +197,8 @@ def _check_level(graph: nir.NIRGraph, path: str) -> None:
             f"graph{_where(path)} has no Input node, so nothing can drive it. "
             "Add a nir.Input node and an edge from it to the first layer."
         )
-    for name, node in nodes.items():
+    for name in nodes:
         sub_path = f"{path}.{name}" if path else name
-        if isinstance(node, nir.NIRGraph):
-            _check_level(node, sub_path)
         for segment in name.split("."):
             if not segment:
                 raise GraphStructureError(
@@ -179,7 +276,7 @@ def plan(graph: nir.NIRGraph, path: str = "", strict: bool = True) -> Plan:
     else:
         check_structure(graph, path)
     names = list(graph.nodes)
-    edges = [(str(a), str(b)) for a, b in graph.edges]
+    edges = list(dict.fromkeys((str(a), str(b)) for a, b in graph.edges))  # repeats count once
     inputs = [n for n in names if isinstance(graph.nodes[n], nir.Input)]
     outputs = [n for n in names if isinstance(graph.nodes[n], nir.Output)]
     order, delayed, unreached = evaluation_order(names, edges, inputs)
@@ -285,31 +382,118 @@ def declared_shape(types: Any) -> list[int] | None:
     return [int(v) for v in array.reshape(-1)]
 
 
-def _shape(value: Any) -> Shape | None:
+MAX_DIMS = 16
+"""Most axes an Input shape or a parameter may have (batch axis excluded): far above any
+network's (C, H, W), well below torch's limit once batch and time axes are added."""
+
+_LARGEST = 2**31 - 1  # the largest size, stride or padding a field may hold
+
+
+def _shape(value: Any, owner: str = "", field: str = "shape") -> Shape | None:
+    """A node's declared shape as integers (None where it declares none); a shape that
+    is not a list of positive whole numbers is a :class:`ParameterError` naming
+    ``owner``."""
     if value is None:
         return None
     array = np.asarray(value)
-    if array.dtype == object or array.ndim > 1:
-        return None
-    return tuple(int(v) for v in array.reshape(-1))
+    if array.dtype == object and array.size and all(v is None for v in array.reshape(-1)):
+        return None  # nir's placeholder for an unknown shape
+    if array.ndim > 1:
+        raise ParameterError(f"{owner}: {field} {value!r} must be a flat list of sizes, got {array.ndim}-D")
+    sizes = integers(array, field, owner, minimum=1)
+    if len(sizes) > MAX_DIMS:
+        raise ParameterError(
+            f"{owner}: {field} has {len(sizes)} axes; nirbridge takes at most {MAX_DIMS} (batch excluded)"
+        )
+    return sizes
 
 
-def ints(value: Any, count: int, what: str, owner: str) -> tuple[int, ...]:
-    """``count`` integers from one integer or ``count`` of them (NIR stores both)."""
-    array = np.asarray(value).reshape(-1)
-    if array.size == 1:
-        return (int(array[0]),) * count
-    if array.size != count:
+def integers(value: Any, what: str, owner: str, minimum: int | None = None) -> tuple[int, ...]:
+    """The whole numbers ``value`` holds (an integer, an array of them, or floats with
+    whole values), each at least ``minimum``; anything else (text, bytes, NaN,
+    fractions, values beyond 2**31) is a :class:`ParameterError` naming ``owner`` and
+    ``what``."""
+    if isinstance(value, (str, bytes)):
+        raise ParameterError(f"{owner}: {what} must be whole numbers, got text {value!r}")
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):  # a ragged list and the like
+        raise ParameterError(f"{owner}: {what} must be whole numbers, got {value!r}") from None
+    if array.dtype.kind in "iu":
+        values = array.reshape(-1).astype(object)
+    elif array.dtype.kind == "f" and np.all(np.isfinite(array)) and np.all(array == np.round(array)):
+        values = array.reshape(-1)
+    else:
+        shown = repr(value) if np.size(value) <= 8 else f"an array of shape {np.shape(value)}"
+        raise ParameterError(f"{owner}: {what} must be whole numbers, got {shown}")
+    if any(abs(v) > _LARGEST for v in values):
+        raise ParameterError(f"{owner}: {what} {value!r} holds values beyond {_LARGEST}; give sizes that fit")
+    result = tuple(int(v) for v in values)
+    if minimum is not None and any(v < minimum for v in result):
+        raise ParameterError(
+            f"{owner}: {what} {list(result)} must be {minimum} or more"
+            + (" (a negative padding crops nothing in NIR)" if "padding" in what else "")
+        )
+    return result
+
+
+def ints(value: Any, count: int, what: str, owner: str, minimum: int | None = None) -> tuple[int, ...]:
+    """``count`` integers from one integer or ``count`` of them (NIR stores both), each at
+    least ``minimum``; see :func:`integers` for what is refused."""
+    values = integers(value, what, owner, minimum)
+    if len(values) == 1:
+        return values * count
+    if len(values) != count:
         raise ParameterError(f"{owner}: {what} needs 1 or {count} integers, got {value!r}")
-    return tuple(int(v) for v in array)
+    return values
+
+
+def integer(value: Any, what: str, owner: str, minimum: int | None = None) -> int:
+    """One whole number (a scalar or a one-element array); see :func:`integers`."""
+    values = integers(value, what, owner, minimum)
+    if len(values) != 1:
+        raise ParameterError(f"{owner}: {what} must be one whole number, got {value!r}")
+    return values[0]
 
 
 def pool_args(node: Any, owner: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """(kernel, stride, padding) of a pooling node; stride defaults to the kernel, padding to 0."""
-    kernel = ints(node.kernel_size, 2, "kernel_size", owner)
-    stride = ints(node.stride, 2, "stride", owner) if np.size(node.stride) else kernel
-    padding = ints(node.padding, 2, "padding", owner) if np.size(node.padding) else (0, 0)
+    """(kernel, stride, padding) of a pooling node; stride defaults to the kernel, padding to
+    0. Kernels and strides are 1 or more, paddings 0 or more and at most half the kernel
+    (a window that lies wholly in the padding has nothing to pool)."""
+    kernel = ints(node.kernel_size, 2, "kernel_size", owner, minimum=1)
+    stride = ints(node.stride, 2, "stride", owner, minimum=1) if _given(node.stride) else kernel
+    padding = ints(node.padding, 2, "padding", owner, minimum=0) if _given(node.padding) else (0, 0)
+    if any(p > k // 2 for p, k in zip(padding, kernel)):
+        raise ParameterError(
+            f"{owner}: padding {list(padding)} is more than half the kernel {list(kernel)}, so windows "
+            "lie wholly in the padding; pad at most kernel_size // 2"
+        )
     return kernel, stride, padding
+
+
+def _given(value: Any) -> bool:
+    """Whether an optional field holds something (nir stores a missing one as None or [])."""
+    if value is None or isinstance(value, (str, bytes)):
+        return value is not None
+    try:
+        return bool(np.size(value))
+    except (TypeError, ValueError):
+        return True  # let the parse name it
+
+
+_PARAMETER_FIELDS = (
+    "v_threshold",
+    "tau",
+    "tau_mem",
+    "tau_syn",
+    "r",
+    "v_leak",
+    "v_reset",
+    "w_in",
+    "delay",
+    "threshold",
+    "scale",
+)
 
 
 def node_shape(node: Any) -> Shape | None:
@@ -389,7 +573,8 @@ def _flatten_shape(label: str, node: nir.Flatten, shape: Shape, expected: int | 
             return None
         return (*shape[:s], int(np.prod(shape[s : e + 1])), *shape[e + 1 :])
 
-    start, end = int(node.start_dim), int(node.end_dim)
+    owner = f"node {label!r} (Flatten)"
+    start, end = integer(node.start_dim, "start_dim", owner), integer(node.end_dim, "end_dim", owner)
     result = flat(start, end)
     if expected is not None and start > 0 and (result is None or result[-1] != expected):
         new_end = end - 1 if end > 0 else end
@@ -412,41 +597,75 @@ def _flatten_shape(label: str, node: nir.Flatten, shape: Shape, expected: int | 
 
 
 def _pool_shape(name: str, node: Any, shape: Shape) -> Shape:
+    owner = f"node {name!r} ({type(node).__name__})"
     if len(shape) != 3:
-        raise ShapeMismatchError(
-            f"node {name!r} ({type(node).__name__}): expects input (C, H, W), got {shape}"
-        )
-    kernel, stride, padding = pool_args(node, f"node {name!r} ({type(node).__name__})")
+        raise ShapeMismatchError(f"{owner}: expects input (C, H, W), got {shape}")
+    kernel, stride, padding = pool_args(node, owner)
     hw = tuple(_conv_out(shape[1 + i], kernel[i], stride[i], padding[i], 1) for i in range(2))
+    if any(n < 1 for n in hw):
+        raise ShapeMismatchError(
+            f"{owner}: kernel {list(kernel)} is larger than its input {list(shape[1:])} padded by "
+            f"{list(padding)}, so there is no window to pool; use a smaller kernel or more padding"
+        )
     return (shape[0], *hw)
+
+
+def conv_args(
+    node: Any, dims: int, owner: str
+) -> tuple[tuple[int, ...], str | tuple[int, ...], tuple[int, ...], int]:
+    """(stride, padding, dilation, groups) of a Conv1d/Conv2d node, checked: strides,
+    dilations and groups 1 or more, paddings 0 or more or ``"same"``/``"valid"``."""
+    stride = ints(node.stride, dims, "stride", owner, minimum=1)
+    dilation = ints(node.dilation, dims, "dilation", owner, minimum=1)
+    groups = integer(node.groups, "groups", owner, minimum=1)
+    padding = node.padding
+    if isinstance(padding, np.ndarray) and padding.dtype.kind in "SUO" and padding.size == 1:
+        padding = padding.reshape(-1)[0]
+    if isinstance(padding, bytes):
+        try:
+            padding = padding.decode()
+        except UnicodeDecodeError:
+            raise ParameterError(
+                f"{owner}: padding must be 'same', 'valid' or integers, got {padding!r}"
+            ) from None
+    if isinstance(padding, str):
+        if padding not in ("same", "valid"):
+            raise ParameterError(f"{owner}: padding must be 'same', 'valid' or integers, got {padding!r}")
+        return stride, padding, dilation, groups
+    return stride, ints(padding, dims, "padding", owner, minimum=0), dilation, groups
 
 
 def _conv_shape(name: str, node: Any, shape: Shape) -> Shape:
     weight = np.asarray(node.weight)
     dims = weight.ndim - 2
+    owner = f"node {name!r} ({type(node).__name__})"
     if len(shape) != dims + 1:
         raise ShapeMismatchError(
-            f"node {name!r} ({type(node).__name__}): expects input (C, {'L' if dims == 1 else 'H, W'}), "
-            f"got shape {shape}"
+            f"{owner}: expects input (C, {'L' if dims == 1 else 'H, W'}), got shape {shape}"
         )
-    groups = int(node.groups)
+    stride, padding, dilation, groups = conv_args(node, dims, owner)
     if shape[0] != weight.shape[1] * groups:
         raise ShapeMismatchError(
-            f"node {name!r} ({type(node).__name__}): weight {weight.shape} with groups={groups} "
+            f"{owner}: weight {weight.shape} with groups={groups} "
             f"expects {weight.shape[1] * groups} input channels but receives {shape[0]}"
         )
-    owner = f"node {name!r} ({type(node).__name__})"
-    stride = ints(node.stride, dims, "stride", owner)
-    dilation = ints(node.dilation, dims, "dilation", owner)
-    padding = node.padding
-    if isinstance(padding, bytes):
-        padding = padding.decode()
-    if isinstance(padding, str):
-        if padding == "same":
-            return (weight.shape[0], *shape[1:])
-        padding = 0
-    pad = ints(padding, dims, "padding", owner)
-    out = [_conv_out(shape[1 + i], weight.shape[2 + i], stride[i], pad[i], dilation[i]) for i in range(dims)]
+    if weight.shape[0] % groups:
+        raise ParameterError(
+            f"{owner}: groups={groups} does not divide the {weight.shape[0]} output channels; "
+            "each group needs the same number of them"
+        )
+    kernel = weight.shape[2:]
+    if padding == "same":
+        return (weight.shape[0], *shape[1:])
+    pad = (0,) * dims if padding == "valid" else padding
+    out = [_conv_out(shape[1 + i], kernel[i], stride[i], pad[i], dilation[i]) for i in range(dims)]
+    if any(n < 1 for n in out):
+        spans = [d * (k - 1) + 1 for d, k in zip(dilation, kernel)]
+        raise ShapeMismatchError(
+            f"{owner}: kernel {list(kernel)} (spanning {spans} with dilation {list(dilation)}) is larger "
+            f"than its input {list(shape[1:])} padded by {list(pad)}; use a smaller kernel or dilation, "
+            "or more padding"
+        )
     return (weight.shape[0], *out)
 
 
@@ -518,7 +737,8 @@ def infer_shapes(
         node = nodes[name]
         if isinstance(node, nir.Input):
             given = (input_shapes or {}).get(name)
-            result.outputs[name] = given if given is not None else _shape(node.input_type.get("input"))
+            declared = _shape(node.input_type.get("input"), f"Input node {_label(path, name)!r}")
+            result.outputs[name] = given if given is not None else declared
             continue
         shape = summed(name, include_delayed=False)
         if shape is None:
@@ -571,6 +791,23 @@ def _label(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
+def _elementwise_shape(label: str, node: Any, shape: Shape) -> Shape:
+    """An element-wise node's output shape: its input's. Its parameters must broadcast
+    to the input without growing it (parameters of shape (6, 6) on an input of (6,)
+    would turn one sample into six, and read the batch axis as neurons)."""
+    fields = [f for f in _PARAMETER_FIELDS if getattr(node, f, None) is not None]
+    for field in fields:
+        params = tuple(np.shape(getattr(node, field)))
+        result = _check_broadcast(label, shape, params, f"parameters ({field})")
+        if result != shape:
+            raise ShapeMismatchError(
+                f"node {label!r} ({type(node).__name__}): {field} has shape {params}, which would turn "
+                f"its input of shape {shape} into {result}; give each parameter the shape of the "
+                "population (or one that broadcasts to it)"
+            )
+    return shape
+
+
 def _node_out_shape(
     path: str,
     name: str,
@@ -582,7 +819,7 @@ def _node_out_shape(
 ) -> tuple[Shape | Shapes | None, Any]:
     label = _label(path, name)
     if isinstance(node, nir.Output):
-        declared = _shape(node.output_type.get("output"))
+        declared = _shape(node.output_type.get("output"), f"Output node {label!r}")
         if declared is not None and declared != shape:
             warnings.warn(
                 f"Output node {label!r} declares shape {declared} but receives {shape}; "
@@ -614,8 +851,7 @@ def _node_out_shape(
         fixed = _replace_subgraph(node, sub.fixes) if sub.fixes else None
         return sub, fixed
     if isinstance(node, _ELEMENTWISE):
-        params = node_shape(node)
-        return (shape if params is None else _check_broadcast(label, shape, params, "parameters")), None
+        return _elementwise_shape(label, node, shape), None
     return None, None
 
 

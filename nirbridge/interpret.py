@@ -27,8 +27,8 @@ import torch
 import torch.fx as fx
 
 from . import graph as graph_utils
-from . import layers, neurons
-from .checks import check_step, state_type_name
+from . import layers, neurons, validate
+from .checks import check_output, check_step, state_type_name
 from .engine import precision as _precision
 from .errors import (
     AssumedDtWarning,
@@ -81,6 +81,7 @@ def nir_to_torch(
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
     trainable: Iterable[str] | bool = (),
+    allow_negative_tau: bool = False,
 ) -> torch.nn.Module:
     """Build a stateful torch module that runs a NIR graph one time step per call.
 
@@ -101,6 +102,17 @@ def nir_to_torch(
             (``("tau", "v_threshold")``; ``True`` for all). Weights are always
             parameters; neuron parameters are buffers otherwise. Exporting after
             training (:func:`nirbridge.torch_to_nir`) carries the trained values.
+        allow_negative_tau: load time constants below 0 as they are (a membrane that
+            grows away from its leak; trained files sometimes hold them) instead of
+            raising :class:`ParameterError`.
+
+    Every node's parameters are checked before anything is built (see
+    :mod:`nirbridge.validate`): NaN or infinite values, time constants of 0 or less,
+    integer fields that are not whole numbers of the right sign, kernels larger than
+    their input, graphs nested more than :data:`nirbridge.limits.MAX_NESTING` deep, and
+    single samples that would not fit in the device's memory raise a
+    :class:`NirBridgeError` naming the node and the field. Edges listed twice count once
+    (:class:`RepairWarning`).
 
     Returns:
         A ``torch.fx.GraphModule`` with ``out, state = gm(*inputs, state=None)``, or for a
@@ -122,19 +134,27 @@ def nir_to_torch(
             f"got {type(graph).__name__}"
         )
     merged: dict[type, Callable[..., torch.nn.Module]] = dict(
-        DEFAULT_MAP if default_map is None else default_map
+        DEFAULT_MAP if default_map is None else _check_map(default_map, "default_map")
     )
-    merged.update(node_map or {})
+    merged.update(_check_map(node_map, "node_map") if node_map is not None else {})
+    target_dtype = _check_dtype(dtype)
+    target_device = _check_device(device)
+    graph_utils.check_nesting(graph, "nir_to_torch")
+    if isinstance(graph, nir.NIRGraph):
+        graph_utils.check_edges(graph)
+        duplicates = graph_utils.duplicate_edges(graph)
+        if duplicates:
+            warnings.warn(graph_utils.describe_duplicates(duplicates), RepairWarning, stacklevel=2)
     dt = _time_step(graph, dt)
-    target_dtype = dtype or torch.get_default_dtype()
-    if not target_dtype.is_floating_point:
-        raise ParameterError(f"nir_to_torch(dtype=...) must be a floating dtype, got {dtype}")
+    graph = validate.check_parameters(graph, dt, allow_negative_tau=bool(allow_negative_tau))
 
     _check_time_constants(graph, dt)
     if isinstance(graph, nir.NIRGraph) and nir.NIRGraph not in merged:
         _check_supported(graph, merged)
         the_plan = graph_utils.plan(graph)
         shapes = graph_utils.infer_shapes(graph, the_plan)
+        element_size = torch.empty(0, dtype=target_dtype).element_size()
+        validate.check_memory(graph, shapes, dt, element_size, target_device)
         module: torch.nn.Module = _build(graph, the_plan, shapes, merged, dt, "")
         module.meta["nirbridge"]["dt"] = dt
     else:
@@ -146,9 +166,82 @@ def nir_to_torch(
         module = _convert("node", graph, merged, dt)
     _make_trainable(module, trainable)
     module = module.to(dtype=target_dtype)
-    if device is not None:
-        module = module.to(device)
+    if target_device is not None:
+        module = module.to(target_device)
     return module
+
+
+def _check_map(node_map: Any, argument: str) -> Mapping[type, Callable[..., torch.nn.Module]]:
+    """``node_map``/``default_map`` as given, once every key is a NIR node class and
+    every value callable; a string key names the class it probably meant."""
+    if not isinstance(node_map, Mapping):
+        raise ParameterError(
+            f"nir_to_torch({argument}=...) takes a dict {{NIR node class: fn}}, got a "
+            f"{type(node_map).__name__}; e.g. {argument}={{nir.LIF: my_lif}}"
+        )
+    for key, fn in node_map.items():
+        if isinstance(key, str):
+            meant = getattr(nir, key.rsplit(".", 1)[-1], None)
+            hint = f"nir.{meant.__name__}" if isinstance(meant, type) else "the nir class itself"
+            raise ParameterError(
+                f"nir_to_torch({argument}=...): key {key!r} is a string, and keys are NIR node classes; "
+                f"use {hint} as the key"
+            )
+        if not (isinstance(key, type) and issubclass(key, nir.NIRNode)):
+            raise ParameterError(
+                f"nir_to_torch({argument}=...): key {key!r} is not a NIR node class; use classes such "
+                "as nir.LIF or nir.Affine"
+            )
+        if not callable(fn):
+            raise ParameterError(
+                f"nir_to_torch({argument}=...): the entry for nir.{key.__name__} is a "
+                f"{type(fn).__name__}, not a function or class that returns a torch.nn.Module"
+            )
+    return node_map
+
+
+def _check_dtype(dtype: Any) -> torch.dtype:
+    if dtype is None:
+        return torch.get_default_dtype()
+    if not isinstance(dtype, torch.dtype):
+        named = getattr(torch, dtype, None) if isinstance(dtype, str) else None
+        hint = f"torch.{dtype}" if isinstance(named, torch.dtype) else "torch.float32 or torch.float64"
+        raise ParameterError(f"nir_to_torch(dtype={dtype!r}) takes a torch.dtype; pass {hint}")
+    if not dtype.is_floating_point:
+        raise ParameterError(f"nir_to_torch(dtype=...) must be a floating dtype, got {dtype}")
+    return dtype
+
+
+def _check_device(device: Any) -> torch.device | None:
+    """The device as a ``torch.device``, once this torch can place tensors there."""
+    if device is None:
+        return None
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ParameterError(
+            f"nir_to_torch(device={device!r}) is not a device torch knows; pass 'cpu', 'cuda', "
+            "'cuda:1' or a torch.device"
+        ) from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ParameterError(
+                f"nir_to_torch(device={device!r}): this torch sees no CUDA GPU (a CPU-only build, or "
+                "no driver); pass device='cpu', or install torch with CUDA on a machine with a GPU"
+            )
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ParameterError(
+                f"nir_to_torch(device={device!r}): there are {torch.cuda.device_count()} CUDA devices, "
+                f"numbered from 0"
+            )
+    elif parsed.type not in ("cpu", "meta"):
+        try:
+            torch.empty(0, device=parsed)
+        except (RuntimeError, AssertionError) as error:
+            raise ParameterError(
+                f"nir_to_torch(device={device!r}): this torch cannot use it ({error}); pass device='cpu'"
+            ) from None
+    return parsed
 
 
 def _make_trainable(module: torch.nn.Module, trainable: Iterable[str] | bool) -> None:
@@ -445,7 +538,7 @@ class _Retracer(fx.Tracer):
     helpers are recorded as calls instead of being run on proxies."""
 
     def __init__(self) -> None:
-        super().__init__(autowrap_functions=(check_step, add_delayed, delayed_only))
+        super().__init__(autowrap_functions=(check_step, check_output, add_delayed, delayed_only))
 
 
 _RESERVED = frozenset(dir(fx.GraphModule)) | {"graph", "code", "meta", "training"}
@@ -540,6 +633,7 @@ def _build(
         used_paths.add(module_path)
         module_paths[name] = module_path
         stateful[name] = _is_stateful(module)
+    checked_outputs = _user_outputs(nodes, built, node_map, shapes)
     for name in sorted(module_paths, key=lambda n: module_paths[n].count(".")):
         _install(root, module_paths[name], built[name])
 
@@ -560,6 +654,7 @@ def _build(
         stateful_names,
         tuple(state_type_name(built[n]) for n in stateful_names),
         tuple(the_plan.delayed_sources),
+        tuple(_state_shape(built[n], shapes.outputs.get(n)) for n in stateful_names),
     )
     checked = g.create_node(
         "call_function",
@@ -618,6 +713,14 @@ def _build(
             )
         else:
             out = g.create_node("call_module", target, (x,), name=_safe(name))
+        expected = checked_outputs.get(name)
+        if expected is not None:
+            out = g.create_node(
+                "call_function",
+                check_output,
+                (out, _label(path, name), expected),
+                name=f"{_safe(name)}_checked",
+            )
         out.meta["nir_node"] = name
         out.meta["nir_type"] = type(node).__name__
         values[name] = out
@@ -646,6 +749,10 @@ def _build(
         # how one step is evaluated, for nirbridge.run's time-batched schedule
         "plan": the_plan,
         "late_shapes": late_shapes,
+        # output shapes to check where a user's module computes a node
+        "checked_outputs": checked_outputs,
+        # the feature shapes of the nodes' state tensors, for run's state check
+        "state_shapes": {n: s for n, s in zip(stateful_names, spec[6]) if s is not None},
         # values per sample of each node's output, for the length of run's chunks
         "widths": {name: _width(shapes.outputs.get(name)) for name in module_paths},
         # what torch_to_nir needs to export the graph again with current parameters
@@ -663,6 +770,35 @@ def _build(
 
 
 _DTYPE = "_nirbridge_dtype"  # an empty buffer: the module's dtype, for casting spike inputs
+
+
+def _user_outputs(
+    nodes: Mapping[str, Any],
+    built: Mapping[str, torch.nn.Module],
+    node_map: Mapping[type, Any],
+    shapes: graph_utils.Shapes,
+) -> dict[str, tuple[int, ...]]:
+    """The output shapes to check at call time: of nodes whose module comes from a
+    user's map (not nirbridge's converters), where the graph fixes the shape."""
+    result = {}
+    for name, module in built.items():
+        node = nodes[name]
+        if isinstance(module, fx.GraphModule) or _lookup(node_map, type(node)) is _lookup(
+            DEFAULT_MAP, type(node)
+        ):
+            continue
+        shape = _known(shapes.outputs.get(name))
+        if shape is not None:
+            result[name] = shape
+    return result
+
+
+def _state_shape(module: torch.nn.Module, shape: Any) -> tuple[int, ...] | None:
+    """The feature shape of a nirbridge neuron's or delay's state tensors (their output
+    shape), for the call-time state check; None for other modules."""
+    if not isinstance(module, (neurons.modules.Neuron, neurons.Delay)):
+        return None
+    return _known(shape)
 
 
 def _width(shape: Any) -> int | None:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import LossyConversionWarning, ParameterError
-from .graph import ints, pool_args
+from .graph import conv_args, integer, ints, pool_args
 from .neurons.functional import spike
 
 __all__ = [
@@ -164,7 +164,7 @@ def _padding(value: Any, count: int, node_type: str) -> str | tuple[int, ...]:
         if value not in ("same", "valid"):
             raise ParameterError(f"{node_type}: padding must be 'same', 'valid' or integers, got {value!r}")
         return value
-    return ints(value, count, "padding", node_type)
+    return ints(value, count, "padding", node_type, minimum=0)
 
 
 def _conv(node: Any, dims: int) -> torch.nn.Module:
@@ -175,10 +175,7 @@ def _conv(node: Any, dims: int) -> torch.nn.Module:
             f"{node_type}: weight must be {dims + 2}-D (C_out, C_in/groups, kernel...), "
             f"got shape {tuple(weight.shape)}"
         )
-    groups = int(np.asarray(node.groups).reshape(-1)[0])
-    stride = ints(node.stride, dims, "stride", node_type)
-    dilation = ints(node.dilation, dims, "dilation", node_type)
-    padding = _padding(node.padding, dims, node_type)
+    stride, padding, dilation, groups = conv_args(node, dims, node_type)
     if padding == "same" and any(s != 1 for s in stride):
         raise ParameterError(
             f"{node_type}: padding='same' with stride {stride} has no torch equivalent; "
@@ -243,7 +240,9 @@ def sumpool2d_to_torch(node: nir.SumPool2d) -> SumPool2d:
 
 def flatten_to_torch(node: nir.Flatten) -> Flatten:
     """Flatten with NIR's dims (counted without the batch axis)."""
-    return Flatten(int(node.start_dim), int(node.end_dim))
+    return Flatten(
+        integer(node.start_dim, "start_dim", "Flatten"), integer(node.end_dim, "end_dim", "Flatten")
+    )
 
 
 # ----------------------------------------------------------------------------- torch → NIR

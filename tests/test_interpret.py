@@ -399,7 +399,7 @@ def test_real_files_match_reference(name):
         graph = nirbridge.read(path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        gm = nirbridge.nir_to_torch(path, dt=dt, dtype=torch.float64)
+        gm = nirbridge.nir_to_torch(path, dt=dt, dtype=torch.float64, allow_negative_tau="spyx_shd" in name)
     repairs = [w for w in caught if issubclass(w.category, nirbridge.RepairWarning)]
     expect_repair = name in (
         "spyx_at_00e6ba49__research__paper__scnn_mnist.nir",
@@ -864,11 +864,225 @@ def test_the_dt_check_leaves_bad_parameters_to_the_conversion():
         edges=[("input", "lif"), ("lif", "output")],
         type_check=False,
     )
-    with pytest.raises(nirbridge.NodeConversionError, match="'lif'"), pytest.warns(nirbridge.DtWarning):
+    with (
+        pytest.raises(nirbridge.ShapeMismatchError, match=r"'lif'.*\(r\)"),
+        pytest.warns(nirbridge.DtWarning),
+    ):
         nirbridge.nir_to_torch(graph, dt=1e-3)  # the dt/tau warning, then the shapes' error, not numpy's
     graph.nodes["lif"].r = np.array(["a"] * 4)
-    with pytest.raises(nirbridge.NodeConversionError, match="'lif'"), pytest.warns(nirbridge.DtWarning):
-        nirbridge.nir_to_torch(graph, dt=1e-3)
+    with pytest.raises(nirbridge.ParameterError, match=r"'lif' \(LIF\): r must be numbers"):
+        nirbridge.nir_to_torch(graph, dt=1e-3)  # the parameter check, before the dt check
     graph.nodes["lif"] = nir.LIF(np.full(4, 1e-4), np.ones(4), np.zeros(4), np.ones(4), np.zeros(4))
     with pytest.warns(nirbridge.DtWarning, match="'lif' \\(LIF\\): dt/tau = 10"):
         nirbridge.nir_to_torch(graph, dt=1e-3)
+
+
+# ----------------------------------------------------------------------------- hostile arguments
+
+
+def _dense() -> nir.NIRGraph:
+    return nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "fc": nir.Affine(weight=np.ones((2, 3)), bias=np.zeros(2)),
+            "output": nir.Output(np.array([2])),
+        },
+        edges=[("input", "fc"), ("fc", "output")],
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"dtype": "float32"}, r"dtype='float32'\) takes a torch.dtype; pass torch.float32"),
+        ({"dtype": torch.int32}, r"must be a floating dtype"),
+        ({"device": "bogus"}, r"device='bogus'\) is not a device torch knows"),
+        ({"node_map": [1, 2]}, r"node_map=...\) takes a dict \{NIR node class: fn\}, got a list"),
+        (
+            {"node_map": {"Affine": lambda node: torch.nn.Identity()}},
+            r"key 'Affine' is a string.*use nir.Affine",
+        ),
+        ({"node_map": {int: lambda node: None}}, r"key <class 'int'> is not a NIR node class"),
+        ({"node_map": {nir.Affine: 3}}, r"the entry for nir.Affine is a int"),
+        ({"default_map": {"LIF": None}}, r"default_map=...\): key 'LIF' is a string.*use nir.LIF"),
+    ],
+)
+def test_bad_arguments_are_parameter_errors_saying_what_to_pass(kwargs, says):
+    with pytest.raises(nirbridge.ParameterError, match=says):
+        nirbridge.nir_to_torch(_dense(), **kwargs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch that sees no GPU")
+def test_cuda_on_a_machine_without_one_says_so():
+    with pytest.raises(nirbridge.ParameterError, match=r"device='cuda'\): this torch sees no CUDA GPU"):
+        nirbridge.nir_to_torch(_dense(), device="cuda")
+
+
+def test_cuda_devices_past_the_last_are_refused():
+    index = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(nirbridge.ParameterError, match=r"device='cuda:\d+'"):
+        nirbridge.nir_to_torch(_dense(), device=f"cuda:{index}")
+
+
+def test_broken_graph_structures_are_named():
+    graph = _dense()
+    graph.edges = None
+    with pytest.raises(nirbridge.GraphStructureError, match="has edges of type NoneType"):
+        nirbridge.nir_to_torch(graph)
+    graph = _dense()
+    graph.nodes[3] = graph.nodes.pop("fc")
+    with pytest.raises(
+        nirbridge.GraphStructureError, match=r"node key 3 is a int; NIR node names are strings"
+    ):
+        nirbridge.nir_to_torch(graph)
+    graph = _dense()
+    graph.nodes["fc"] = "Affine"
+    with pytest.raises(nirbridge.GraphStructureError, match=r"node 'fc' is a str, not a NIR node"):
+        nirbridge.nir_to_torch(graph)
+
+
+def test_graphs_nested_past_the_limit_are_refused_before_any_recursion():
+    from nirbridge.limits import MAX_NESTING
+
+    graph = _dense()
+    for _ in range(1200):  # the old recursive build overflowed Python's stack here
+        graph = nir.NIRGraph(
+            nodes={"input": nir.Input(np.array([3])), "g": graph, "output": nir.Output(np.array([2]))},
+            edges=[("input", "g"), ("g", "output")],
+            type_check=False,
+        )
+    with pytest.raises(nirbridge.GraphStructureError, match=f"graphs nest more than {MAX_NESTING} deep"):
+        nirbridge.nir_to_torch(graph)
+
+
+def test_graphs_nested_to_the_limit_build_step_and_run():
+    from nirbridge.limits import MAX_NESTING
+
+    graph = _dense()
+    for _ in range(MAX_NESTING):
+        graph = nir.NIRGraph(
+            nodes={"input": nir.Input(np.array([3])), "g": graph, "output": nir.Output(np.array([2]))},
+            edges=[("input", "g"), ("g", "output")],
+            type_check=False,
+        )
+    gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    x = torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64)
+    out, _ = gm(x)
+    torch.testing.assert_close(out, torch.tensor([[6.0, 6.0]], dtype=torch.float64), rtol=0, atol=0)
+    result = nirbridge.run(gm, x.expand(4, 1, 3), record="all")
+    torch.testing.assert_close(result.output, torch.full((4, 1, 2), 6.0, dtype=torch.float64), rtol=0, atol=0)
+
+
+def test_duplicate_edges_count_once_with_a_repair_warning():
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([2])),
+            "scale": nir.Scale(np.array([2.0, 3.0])),
+            "output": nir.Output(np.array([2])),
+        },
+        edges=[("input", "scale"), ("scale", "output")],
+    )
+    graph.edges.append(("input", "scale"))  # nir's constructor refuses it; files and code can hold it
+    with pytest.warns(nirbridge.RepairWarning, match=r"edges listed more than once: 'input' -> 'scale'"):
+        gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    out, _ = gm(torch.tensor([[1.0, 1.0]], dtype=torch.float64))
+    assert out.tolist() == [[2.0, 3.0]]  # the input once, not twice
+
+
+def test_a_user_module_of_the_wrong_shape_is_named_when_stepped_and_run():
+    graph = _dense()
+    gm = nirbridge.nir_to_torch(graph, node_map={nir.Affine: lambda node: torch.nn.Linear(3, 5)})
+    with pytest.raises(
+        nirbridge.ShapeMismatchError, match=r"node 'fc': its module \(from node_map\) returned"
+    ):
+        gm(torch.ones(1, 3))
+    with pytest.raises(nirbridge.ShapeMismatchError, match=r"returned shape \[4, 1, 5\].*\[T, B, 2\]"):
+        nirbridge.run(gm, torch.ones(4, 1, 3))
+    fine = nirbridge.nir_to_torch(graph, node_map={nir.Affine: lambda node: torch.nn.Linear(3, 2)})
+    assert fine(torch.ones(1, 3))[0].shape == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("groups", np.array([1, 1]), "groups must be one whole number"),
+        ("groups", np.nan, "groups must be whole numbers"),
+        ("groups", "one", "groups must be whole numbers, got text"),
+        ("dilation", b"\xff\xfe", "dilation must be whole numbers, got text"),
+        ("dilation", 0, r"dilation \[0\] must be 1 or more"),
+        ("padding", -2, r"padding \[-2\] must be 0 or more"),
+        ("stride", 1.5, "stride must be whole numbers"),
+        ("padding", "full", "padding must be 'same', 'valid' or integers"),
+    ],
+)
+def test_conv_fields_that_are_not_usable_whole_numbers_are_named(field, value, says):
+    conv = nir.Conv2d(None, np.ones((2, 1, 3, 3)), 1, 1, 1, 1, np.zeros(2))
+    setattr(conv, field, value)
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([1, 6, 6])),
+            "conv": conv,
+            "output": nir.Output(np.array([2, 6, 6])),
+        },
+        edges=[("input", "conv"), ("conv", "output")],
+        type_check=False,
+    )
+    with pytest.raises(nirbridge.ParameterError, match=r"node 'conv' \(Conv2d\): " + says):
+        nirbridge.nir_to_torch(graph)
+
+
+@pytest.mark.parametrize(
+    ("cls", "fields", "size", "says"),
+    [
+        (nir.SumPool2d, {"kernel_size": 0}, 6, r"kernel_size \[0\] must be 1 or more"),
+        (nir.SumPool2d, {"padding": -1}, 6, r"padding \[-1\] must be 0 or more"),
+        (nir.AvgPool2d, {"stride": 0}, 6, r"stride \[0\] must be 1 or more"),
+        (nir.AvgPool2d, {"padding": 2}, 6, r"padding \[2, 2\] is more than half the kernel"),
+        (nir.SumPool2d, {"kernel_size": 5}, 2, r"kernel \[5, 5\] is larger than its input \[2, 2\]"),
+    ],
+)
+def test_pooling_fields_and_kernels_that_cannot_pool_are_named(cls, fields, size, says):
+    pool = cls(kernel_size=np.array([2, 2]), stride=np.array([2, 2]), padding=np.array([0, 0]))
+    for field, value in fields.items():
+        setattr(pool, field, value)
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([1, size, size])),
+            "pool": pool,
+            "output": nir.Output(np.array([1, 1, 1])),
+        },
+        edges=[("input", "pool"), ("pool", "output")],
+        type_check=False,
+    )
+    with pytest.raises(nirbridge.NirBridgeError, match=rf"node 'pool' \({cls.__name__}\): " + says):
+        nirbridge.nir_to_torch(graph)
+
+
+def test_a_conv_kernel_larger_than_its_padded_input_is_named():
+    conv = nir.Conv2d(None, np.ones((2, 1, 5, 5)), 1, 0, 1, 1, np.zeros(2))
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([1, 2, 2])),
+            "conv": conv,
+            "output": nir.Output(np.array([2, 1, 1])),
+        },
+        edges=[("input", "conv"), ("conv", "output")],
+        type_check=False,
+    )
+    with pytest.raises(
+        nirbridge.ShapeMismatchError, match=r"kernel \[5, 5\] .* is larger than its input \[2, 2\]"
+    ):
+        nirbridge.nir_to_torch(graph)
+
+
+@pytest.mark.parametrize(
+    "shape", [np.array([np.nan]), np.array([np.inf]), np.array(["abc"]), b"\xff\xfe", np.array([0])]
+)
+def test_input_and_output_shapes_that_are_not_sizes_are_named(shape):
+    for node in ("input", "output"):
+        graph = _dense()
+        kind = "Input" if node == "input" else "Output"
+        key = "input_type" if node == "input" else "output_type"
+        setattr(graph.nodes[node], key, {node: shape})
+        with pytest.raises(nirbridge.ParameterError, match=rf"{kind} node '{node}': shape"):
+            nirbridge.nir_to_torch(graph)

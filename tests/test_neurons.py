@@ -145,3 +145,16 @@ def test_delay_scan_is_an_index_shift_equal_to_stepping(delays, steps):
     traced_out, traced_state, traced = delay.scan(x, start, trace=True)
     assert torch.equal(traced_out, out) and torch.equal(traced_state.history, state.history)
     assert traced["history"].shape == (steps, *start.history.shape)
+
+
+def test_a_delay_history_that_cannot_fit_is_refused_at_the_first_step(monkeypatch):
+    from nirbridge import limits
+
+    delay = nirbridge.neurons.Delay(np.full(3, 1.0), dt=1e-4)  # 10,000 steps of history
+    monkeypatch.setattr(limits, "available", lambda device=None: 1 << 20)  # 1 MiB free
+    with pytest.raises(
+        nirbridge.MemoryLimitError, match=r"Delay: the history of 10000 steps .* needs 7.3 MiB"
+    ):
+        delay(torch.zeros(32, 3, dtype=torch.float64))
+    out, _ = delay(torch.zeros(1, 3, dtype=torch.float32))  # 10000 x 1 x 3 float32: 117 KiB
+    assert out.shape == (1, 3)

@@ -18,6 +18,7 @@ import torch
 
 from ..engine import kernels as S
 from ..errors import ParameterError
+from ..limits import check_memory
 from . import functional as F
 
 __all__ = ["DEFAULT_DT", "IF", "LI", "LIF", "CubaLI", "CubaLIF", "Delay", "I", "Neuron"]
@@ -455,8 +456,16 @@ class Delay(torch.nn.Module):
         return f"shape={tuple(self.delay.shape)}, max_steps={self.max_steps}, dt={self.dt:g}"
 
     def initial_state(self, x: torch.Tensor) -> F.DelayState:
-        """Zeros: ``max_steps`` past inputs like ``x`` (one step, ``[B, ...]``)."""
+        """Zeros: ``max_steps`` past inputs like ``x`` (one step, ``[B, ...]``); a
+        :class:`MemoryLimitError` where they would not fit in the device's memory."""
         shape = torch.broadcast_shapes(x.shape, self.steps.shape)
+        check_memory(
+            self.max_steps * math.prod(shape) * x.element_size(),
+            f"Delay: the history of {self.max_steps} steps (delay {float(self.delay.max()):g} s at "
+            f"dt = {self.dt:g} s) for inputs of shape {list(shape)}",
+            "check the delay's unit (seconds) and dt, or run a smaller batch",
+            x.device,
+        )
         return F.DelayState(x.new_zeros((self.max_steps, *shape)))
 
     def forward(

@@ -1,0 +1,255 @@
+"""The parameter check :func:`nirbridge.nir_to_torch` runs before it builds anything.
+
+Every numeric field of every node (nested graphs included, walked iteratively) must
+make the equations of :mod:`nirbridge.neurons.functional` meaningful:
+
+- numbers, not text, with at most :data:`nirbridge.graph.MAX_DIMS` axes;
+- finite: no NaN or infinity in a weight, bias, scale, threshold, resistance, leak,
+  reset or input weight (a NaN spreads to every value it touches, and a NaN threshold
+  never fires);
+- time constants ``tau``, ``tau_mem`` and ``tau_syn`` above 0 (at 0 the membrane
+  divides by zero; below 0 it grows away from its leak). Negative time constants do
+  occur in trained files (the spyx SHD network has some); ``allow_negative_tau=True``
+  loads them as they are;
+- delays finite, not negative, and at most :data:`MAX_DELAY_STEPS` time steps;
+- weights with at least one element.
+
+A field that breaks one of these is a :class:`ParameterError` naming the node, the
+field and the offending neurons (their indices). Complex values lose their imaginary
+part with a :class:`LossyConversionWarning` naming the node and field.
+
+After shapes are inferred, :func:`check_memory` estimates what one sample needs at
+each node (its output, a convolution's padded input, a delay line's history) and
+refuses, with :class:`MemoryLimitError`, what the device cannot hold.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from typing import Any
+
+import nir
+import numpy as np
+
+from . import graph as graph_utils
+from . import limits
+from .errors import LossyConversionWarning, ParameterError
+
+__all__ = ["MAX_DELAY_STEPS", "TIME_CONSTANTS", "check_memory", "check_parameters"]
+
+TIME_CONSTANTS = ("tau", "tau_mem", "tau_syn")
+
+MAX_DELAY_STEPS = 2**40
+"""The longest delay, in time steps, a Delay node may have (far beyond memory anyway)."""
+
+_FIELDS: dict[type, tuple[str, ...]] = {
+    nir.Affine: ("weight", "bias"),
+    nir.Linear: ("weight",),
+    nir.Scale: ("scale",),
+    nir.Threshold: ("threshold",),
+    nir.Conv1d: ("weight", "bias"),
+    nir.Conv2d: ("weight", "bias"),
+    nir.Delay: ("delay",),
+    nir.I: ("r",),
+    nir.IF: ("r", "v_threshold", "v_reset"),
+    nir.LI: ("tau", "r", "v_leak"),
+    nir.LIF: ("tau", "r", "v_leak", "v_threshold", "v_reset"),
+    nir.CubaLI: ("tau_syn", "tau_mem", "r", "v_leak", "w_in"),
+    nir.CubaLIF: ("tau_syn", "tau_mem", "r", "v_leak", "w_in", "v_threshold", "v_reset"),
+}
+
+
+def _fields_of(node: Any) -> tuple[str, ...]:
+    for cls in type(node).__mro__:
+        if cls in _FIELDS:
+            return _FIELDS[cls]
+    return ()
+
+
+def _where(indices: np.ndarray, shape: tuple[int, ...]) -> str:
+    """The first few offending indices, as neurons (``[3, 17]``) or positions."""
+    flat = np.flatnonzero(indices)
+    shown = [
+        int(i) if len(shape) <= 1 else tuple(int(v) for v in np.unravel_index(i, shape)) for i in flat[:5]
+    ]
+    more = f" and {flat.size - 5} more" if flat.size > 5 else ""
+    what = "neuron" if len(shape) <= 1 else "index"
+    return f"{what}{'s' if flat.size > 1 else ''} {', '.join(map(str, shown))}{more}"
+
+
+def _numbers(value: Any, owner: str, field: str) -> tuple[np.ndarray, Any]:
+    """The field as a float64 array, and the value to build with (its real part where it
+    was complex, else the value itself)."""
+    if isinstance(value, (str, bytes)):
+        raise ParameterError(f"{owner}: {field} must be numbers, got text {value!r}")
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):
+        raise ParameterError(f"{owner}: {field} must be numbers, got {type(value).__name__}") from None
+    if array.dtype.kind == "c":
+        imaginary = np.abs(array.imag)
+        if np.any(imaginary > 0):
+            warnings.warn(
+                f"{owner}: {field} is complex; nirbridge's equations are real, so its imaginary parts "
+                f"(up to {float(np.nanmax(imaginary)):.3g}) are dropped",
+                LossyConversionWarning,
+                stacklevel=4,
+            )
+        real = np.ascontiguousarray(array.real)
+        return real.astype(np.float64), real
+    if array.dtype.kind not in "biuf":
+        try:
+            converted = array.astype(np.float64)
+        except (TypeError, ValueError):
+            raise ParameterError(
+                f"{owner}: {field} must be numbers, got {array.dtype} values"
+                + (f" such as {array.reshape(-1)[0]!r}" if array.size else "")
+            ) from None
+        return converted, value
+    return array.astype(np.float64), value
+
+
+def _check_field(
+    node: Any, field: str, owner: str, dt: float, allow_negative_tau: bool
+) -> tuple[np.ndarray, Any] | None:
+    value = getattr(node, field, None)
+    if value is None:
+        return None
+    array, usable = _numbers(value, owner, field)
+    if array.ndim > graph_utils.MAX_DIMS:
+        raise ParameterError(
+            f"{owner}: {field} has {array.ndim} axes; nirbridge takes at most {graph_utils.MAX_DIMS}"
+        )
+    if field == "weight" and array.size == 0:
+        raise ParameterError(
+            f"{owner}: {field} has shape {array.shape}, no elements: the layer connects nothing; "
+            "remove the node or give it a weight"
+        )
+    bad = ~np.isfinite(array)
+    if np.any(bad):
+        kinds = sorted({"NaN" if np.isnan(v) else "infinite" for v in array[bad].reshape(-1)})
+        raise ParameterError(
+            f"{owner}: {field} is {' and '.join(kinds)} at {_where(bad, array.shape)}; the equations "
+            "are meaningless there. Fix the value where the file was written"
+        )
+    if field in TIME_CONSTANTS:
+        zero = array == 0
+        if np.any(zero):
+            raise ParameterError(
+                f"{owner}: {field} is 0 at {_where(zero, array.shape)}; a time constant divides dt "
+                "(dt/tau), so it must be above 0 seconds"
+            )
+        negative = array < 0
+        if np.any(negative) and not allow_negative_tau:
+            raise ParameterError(
+                f"{owner}: {field} is negative at {_where(negative, array.shape)} (down to "
+                f"{float(array.min()):.4g} s); such a membrane grows away from its leak instead of "
+                "decaying to it. If the file means it (trained networks sometimes learn these), pass "
+                "nir_to_torch(..., allow_negative_tau=True) to load it as it is"
+            )
+    if isinstance(node, nir.Delay):
+        negative = array < 0
+        if np.any(negative):
+            raise ParameterError(
+                f"{owner}: delay is negative at {_where(negative, array.shape)}; a delay looks back, "
+                "so give 0 seconds or more"
+            )
+        steps = float(array.max(initial=0.0)) / dt
+        if steps > MAX_DELAY_STEPS:
+            raise ParameterError(
+                f"{owner}: a delay of {float(array.max()):.4g} s is {steps:.4g} steps of dt = {dt:g} s, "
+                f"more than the {MAX_DELAY_STEPS:.4g} nirbridge keeps; check the delay's unit "
+                "(seconds) and dt"
+            )
+    return array, usable
+
+
+def check_parameters(graph: Any, dt: float, *, allow_negative_tau: bool = False) -> Any:
+    """Check every numeric field of ``graph`` (a NIR graph or a single node; see the
+    module's docs); return it, or a copy where complex fields became real."""
+    fixes: dict[int, Any] = {}
+    stack: list[tuple[Any, str]] = [(graph, "")]
+    order: list[Any] = []
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, nir.NIRGraph):
+            order.append(node)
+            for name, child in reversed(node.nodes.items()):  # popped in graph order
+                stack.append((child, f"{path}.{name}" if path else str(name)))
+            continue
+        owner = f"node {path or '<root>'!r} ({type(node).__name__})"
+        changes = {}
+        for field in _fields_of(node):
+            checked = _check_field(node, field, owner, dt, allow_negative_tau)
+            if checked is not None and checked[1] is not getattr(node, field):
+                changes[field] = checked[1]
+        if changes:  # a shallow copy: nir's constructors would check the other fields again
+            fixed = copy.copy(node)
+            for field, value in changes.items():
+                setattr(fixed, field, value)
+            fixes[id(node)] = fixed
+    if not fixes:
+        return graph
+    if not isinstance(graph, nir.NIRGraph):
+        return fixes[id(graph)]
+    rebuilt: dict[int, nir.NIRGraph] = {}
+    for level in reversed(order):  # children before their parents
+        nodes = {
+            name: rebuilt.get(id(child)) or fixes.get(id(child), child) for name, child in level.nodes.items()
+        }
+        if any(nodes[name] is not level.nodes[name] for name in nodes):
+            rebuilt[id(level)] = nir.NIRGraph(
+                nodes=nodes, edges=list(level.edges), metadata=level.metadata, type_check=False
+            )
+    return rebuilt.get(id(graph), graph)
+
+
+def check_memory(
+    graph: nir.NIRGraph, shapes: graph_utils.Shapes, dt: float, element_size: int, device: Any = None
+) -> None:
+    """Refuse (:class:`MemoryLimitError`) a graph where one sample already needs more
+    memory at one node than ``device`` has free: the node's output, a convolution's
+    padded input, or a delay line's history (``round(delay/dt)`` past inputs)."""
+    free = limits.available(device)
+    if free is None:
+        return
+    stack: list[tuple[nir.NIRGraph, graph_utils.Shapes, str]] = [(graph, shapes, "")]
+    while stack:
+        level, level_shapes, path = stack.pop()
+        for name, node in level.nodes.items():
+            label = f"{path}.{name}" if path else name
+            if isinstance(node, nir.NIRGraph):
+                nested = level_shapes.nested.get(name)
+                if nested is not None:
+                    stack.append((node, nested, label))
+                continue
+            need, what = _node_bytes(node, level_shapes, name, dt, element_size)
+            if need > free:
+                limits.check_memory(
+                    need,
+                    f"node {label!r} ({type(node).__name__}): {what} for a single sample",
+                    "check its parameters (a padding or a delay far larger than meant?)",
+                    device,
+                )
+
+
+def _node_bytes(
+    node: Any, shapes: graph_utils.Shapes, name: str, dt: float, element_size: int
+) -> tuple[float, str]:
+    out = shapes.outputs.get(name)
+    width = math.prod(out) if out is not None else 0
+    need, what = float(width) * element_size, "its output"
+    if isinstance(node, nir.Delay) and out is not None:
+        delay = np.asarray(node.delay, dtype=np.float64)
+        steps = round(float(delay.max(initial=0.0)) / dt)
+        need, what = float(steps) * width * element_size, f"its history of {steps} steps"
+    given = shapes.inputs.get(name)
+    if isinstance(node, (nir.Conv1d, nir.Conv2d)) and given is not None and len(given) > 1:
+        _, padding, _, _ = graph_utils.conv_args(node, len(given) - 1, f"node {name!r}")
+        if isinstance(padding, tuple):
+            padded = given[0] * math.prod(float(n) + 2 * p for n, p in zip(given[1:], padding))
+            if padded * element_size > need:
+                need, what = padded * element_size, f"its input padded by {list(padding)}"
+    return need, what

@@ -33,12 +33,16 @@ renamed over the target, so a failed write leaves any existing file untouched.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import inspect
 import io
 import math
 import os
 import secrets
+import socket
+import stat
 import threading
+import time
 import warnings
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -52,6 +56,7 @@ from h5py import h5d, h5f, h5g, h5l, h5o, h5p, h5s, h5t
 
 from . import graph as graph_utils
 from .errors import (
+    GraphStructureError,
     LossyConversionWarning,
     MissingNodeError,
     NirBridgeError,
@@ -60,6 +65,7 @@ from .errors import (
     RepairWarning,
     UnknownNodeTypeError,
 )
+from .limits import MAX_METADATA_NESTING, MAX_NESTING
 
 __all__ = ["NirFile", "load", "read", "write"]
 
@@ -102,7 +108,8 @@ _INT_FIELDS = {"groups", "start_dim", "end_dim"}
 _FILTERS = {1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit", 6: "scaleoffset", 32000: "lzf"}
 _EXPANSION = 1100  # most bytes a stored byte may decompress to (deflate's limit is 1032)
 _SMALL = 1 << 16  # bytes any dataset may claim, whatever it stores (fill values)
-_MAX_DEPTH = 64  # group nesting, far above any real graph (each nested graph is 2 levels)
+# group nesting: a graph nested k deep puts its nodes' groups 2k + 1 deep, their metadata below
+_MAX_DEPTH = 2 * MAX_NESTING + 2 + MAX_METADATA_NESTING
 _COMPACT = 16 << 10  # datasets up to this size are stored in their object header
 _PARALLEL = 1 << 20  # compressed datasets from this size are inflated on several threads
 _DEFLATE, _SHUFFLE = 1, 2  # HDF5 filter ids
@@ -419,6 +426,7 @@ class _Builder:
         self.where = where
         self.unknown: dict[str, list[str]] = {}
         self.notes: list[tuple[type[Warning], str]] = []
+        self.depth = 0  # graphs open: the root graph is 1, a subgraph of it 2
 
     def fail(self, label: str, message: str) -> NirFileError:
         return NirFileError(f"{self.where}: node {label or '<root>'!r}: {message}")
@@ -486,7 +494,13 @@ class _Builder:
         nodes_tree = tree.get("nodes")
         if not isinstance(nodes_tree, dict):
             raise self.fail(label, "(NIRGraph) has no 'nodes' group")
+        self.depth += 1
+        if self.depth > MAX_NESTING + 1:
+            raise self.fail(
+                label, f"graphs nest more than {MAX_NESTING} deep, which nirbridge neither writes nor runs"
+            )
         nodes = {name: self.node(sub, _label(label, name)) for name, sub in nodes_tree.items()}
+        self.depth -= 1
         edges = self.edges(tree.get("edges"), label)
         return nir.NIRGraph(nodes=nodes, edges=edges, metadata=metadata, type_check=False)
 
@@ -502,6 +516,67 @@ class _Builder:
         return [(str(a), str(b)) for a, b in array.tolist()]
 
 
+def regular_file(source: str | os.PathLike[str], where: str, kind: str) -> str:
+    """``source`` as a path, once it names a regular file (links followed); otherwise a
+    :class:`NirFileError` saying what it is. Checked before opening: opening a FIFO
+    blocks until a writer comes, and a device or ``/proc`` file is no NIR file."""
+    try:
+        path = os.fspath(source)
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        if "\0" in path:
+            raise NirFileError(
+                f"{where!r}: a path holding a NUL character names no file; check how it was made"
+            )
+        status = os.stat(path)
+    except OSError as error:
+        raise NirFileError(f"{where}: {_os_reason(error)}") from None
+    except (TypeError, ValueError) as error:
+        raise NirFileError(f"{where!r}: not a usable path ({error})") from None
+    if stat.S_ISDIR(status.st_mode):
+        raise NirFileError(f"{where}: is a folder, not {kind}")
+    if not stat.S_ISREG(status.st_mode):
+        raise NirFileError(f"{where}: is a {_file_kind(status.st_mode)}, not {kind}; give a regular file")
+    return path
+
+
+def _os_reason(error: OSError) -> str:
+    """An OS error in words, without the path it repeats."""
+    if error.errno == errno.ENOENT:
+        return "no such file"
+    if error.errno == errno.ELOOP:
+        return "a loop of symbolic links (a link that points back to itself); fix or remove the link"
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if error.errno == errno.ENAMETOOLONG:
+        return "the path is too long"
+    if error.errno == errno.ENOTDIR:
+        return "a part of the path is not a folder"
+    return error.strerror or str(error)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISFIFO, "FIFO (named pipe)"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def _empty(name: bytes) -> bool:
+    """Whether a regular file holds no bytes (a ``/proc`` file reports size 0 and is not
+    empty, so the first byte is read)."""
+    try:
+        with open(name, "rb") as file:
+            return not file.read(1)
+    except OSError:
+        return False
+
+
 class _Source:
     """An opened file: the HDF5 handle, its size, and its raw bytes for the checks that
     must run before HDF5 parses them (read through HDF5's own file descriptor, so both
@@ -513,11 +588,7 @@ class _Source:
         self.image: bytes | None = None
         self.lock = threading.Lock()
         if isinstance(source, (str, os.PathLike)):
-            path = os.fspath(source)
-            if os.path.isdir(path):
-                raise NirFileError(f"{where}: is a folder, not a .nir file")
-            if not os.path.exists(path):
-                raise NirFileError(f"{where}: no such file")
+            path = regular_file(source, where, "a .nir file")
             name = os.fsencode(path)
         elif callable(getattr(source, "read", None)):
             if isinstance(source, io.TextIOBase):
@@ -541,7 +612,7 @@ class _Source:
         try:
             self.fid = h5f.open(name, h5f.ACC_RDONLY, fapl)
         except OSError as error:
-            empty = self.image is None and os.path.getsize(name) == 0
+            empty = self.image is None and _empty(name)
             reason = "is empty" if empty else f"not an HDF5 file, or a truncated or corrupted one ({error})"
             raise NirFileError(f"{where}: {reason}") from None
         if self.image is None:
@@ -601,6 +672,9 @@ def load(source: PathOrFile, *, check: bool = True) -> NirFile:
             raise MissingNodeError(error.edge, error.missing, error.graph_path, file=where) from None
         except NirBridgeError as error:
             raise NirFileError(f"{where}: {error}") from None
+        duplicates = graph_utils.duplicate_edges(node)
+        if duplicates:
+            notes.append((RepairWarning, graph_utils.describe_duplicates(duplicates)))
         if check:
             notes += _infer_types(node)
     return NirFile(where, node, version, size, notes)
@@ -752,9 +826,14 @@ class _Writer:
 
     def metadata(self, parent: Any, values: Mapping[Any, Any], owner: str) -> None:
         group = self.group(parent, "metadata", ordered=True)
-        self._mapping(group, values, owner)
+        self._mapping(group, values, owner, 1)
 
-    def _mapping(self, group: Any, values: Mapping[Any, Any], owner: str) -> None:
+    def _mapping(self, group: Any, values: Mapping[Any, Any], owner: str, depth: int) -> None:
+        if depth > MAX_METADATA_NESTING:
+            raise NirFileError(
+                f"{owner}: dicts nest more than {MAX_METADATA_NESTING} deep (or a dict holds itself); "
+                "nirbridge neither writes nor reads such metadata. Flatten it"
+            )
         for key, value in values.items():
             if not isinstance(key, str):
                 kind = type(key).__name__
@@ -765,7 +844,7 @@ class _Writer:
             what = f"metadata {name!r} of {owner}"
             _check_name(name, what)
             if isinstance(value, Mapping):
-                self._mapping(self.group(group, name, ordered=True), value, what)
+                self._mapping(self.group(group, name, ordered=True), value, what, depth + 1)
             elif value is None:
                 raise NirFileError(f"{what} is None, which HDF5 cannot store; drop the key or store a value")
             else:
@@ -907,6 +986,10 @@ def write(path_or_file: PathOrFile, graph: nir.NIRNode, *, compression: str | in
     if not isinstance(graph, nir.NIRNode):
         raise NirFileError(f"write expects a NIR graph or node, got {type(graph).__name__}")
     _check_compression(compression)
+    try:
+        graph_utils.check_nesting(graph, "write")
+    except GraphStructureError as error:
+        raise NirFileError(str(error)) from None
     lossy = _write_to(path_or_file, lambda fid: _dump(fid, graph, compression), "write")
     for message in lossy:
         warnings.warn(message, LossyConversionWarning, stacklevel=2)
@@ -945,7 +1028,7 @@ def _write_file(path_or_file: Any, dump: _Dump, caller: str) -> list[str]:
     except NirFileError as error:
         raise NirFileError(f"{where}: {error}") from error
     except Exception as error:
-        raise NirFileError(f"{where}: cannot write: {type(error).__name__}: {error}") from error
+        raise NirFileError(f"{where}: cannot write: {_write_failure(error)}") from error
     try:
         if path_or_file.seekable() and path_or_file.tell():
             path_or_file.seek(0)
@@ -982,17 +1065,31 @@ def atomic_write(target: str | os.PathLike[str], fill: Callable[[str], _T]) -> _
     removed and a :class:`NirFileError` names the target. Returns what ``fill`` returns.
     """
     target = os.fspath(target)
+    if isinstance(target, bytes):
+        target = os.fsdecode(target)
+    if "\0" in target:
+        raise NirFileError(f"{target!r}: a path holding a NUL character names no file; check how it was made")
     if os.path.islink(target):
         target = os.path.realpath(target)
     if os.path.isdir(target):
         raise NirFileError(f"{target}: is a folder; give a file name")
     folder = os.path.dirname(os.path.abspath(target))
     try:
-        mode: int | None = os.stat(target).st_mode & 0o7777
-    except OSError:
-        mode = None  # a new file gets 0o666 less the umask, as open() gives
+        status = os.stat(target)
+    except FileNotFoundError:
+        mode: int | None = None  # a new file gets 0o666 less the umask, as open() gives
+    except OSError as error:
+        raise NirFileError(f"{target}: {_os_reason(error)}") from None
+    else:
+        if not stat.S_ISREG(status.st_mode):
+            raise NirFileError(
+                f"{target}: is a {_file_kind(status.st_mode)}; nirbridge writes whole files and would "
+                "replace it, so it refuses. Give the path of a regular file"
+            )
+        mode = status.st_mode & 0o7777
+    _remove_stale(folder)
     suffix = os.path.splitext(target)[1] or ".out"
-    temporary = os.path.join(folder, f".nirbridge-{secrets.token_hex(8)}{suffix}.tmp")
+    temporary = os.path.join(folder, f"{_TEMPORARY}{_HOST}-{os.getpid()}-{secrets.token_hex(6)}{suffix}.tmp")
     try:
         os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     except OSError as error:
@@ -1011,12 +1108,62 @@ def atomic_write(target: str | os.PathLike[str], fill: Callable[[str], _T]) -> _
             raise NirFileError(f"{target}: {error}") from error
         if not isinstance(error, Exception):
             raise
-        raise NirFileError(f"{target}: cannot write: {type(error).__name__}: {error}") from error
+        raise NirFileError(f"{target}: cannot write: {_write_failure(error)}") from error
     try:  # make the rename itself durable (POSIX; folders cannot be opened on Windows)
         _fsync(folder)
     except OSError:
         pass
     return result
+
+
+_TEMPORARY = ".nirbridge-"  # temporary files: .nirbridge-HOST-PID-RANDOM.SUFFIX.tmp
+_HOST = f"{zlib.crc32(socket.gethostname().encode()) & 0xFFFF:04x}"
+_STALE = 60.0  # seconds after which a temporary file whose writer is gone is removed
+
+
+def _write_failure(error: Exception) -> str:
+    """Why a write failed, in one line: the OS's words for an errno (a full disk, a file
+    size limit), without the multi-line, time-stamped detail HDF5 wraps them in."""
+    number = getattr(error, "errno", None)
+    if isinstance(number, int) and number > 0 and isinstance(error, OSError):
+        hint = " (free some space, or write elsewhere)" if number in (errno.ENOSPC, errno.EFBIG) else ""
+        return f"{os.strerror(number)}{hint}"
+    first = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {first.split(' (file write failed')[0]}"
+
+
+def _remove_stale(folder: str) -> None:
+    """Remove temporary files a killed writer left in ``folder``: files of nirbridge's
+    pattern, made on this host by a process that no longer runs, last changed more than
+    a minute ago. Anything else is left alone, and failures are ignored."""
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.startswith(_TEMPORARY + _HOST + "-")]
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        parts = entry.name[len(_TEMPORARY) :].split("-")
+        try:
+            pid = int(parts[1])
+            if not entry.name.endswith(".tmp") or now - entry.stat(follow_symlinks=False).st_mtime < _STALE:
+                continue
+            if not entry.is_file(follow_symlinks=False) or pid == os.getpid() or _alive(pid):
+                continue
+            os.unlink(entry.path)
+        except (ValueError, IndexError, OSError):
+            continue
+
+
+def _alive(pid: int) -> bool:
+    if os.name != "posix":  # Windows' os.kill terminates the process: never ask there
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, OverflowError):
+        return True  # another user's process, or a platform that cannot tell: keep it
+    return True
 
 
 def _fsync(path: str) -> None:

@@ -415,7 +415,7 @@ def hostile_files(tmp_path) -> dict[str, tuple[str, str]]:
 
     def deep(f):
         group = f["nodes"]
-        for i in range(40):
+        for i in range(50):
             group = group.create_group(f"g{i}")
             group.attrs["__type__"] = "NIRGraphData"
             group = group.create_group("nodes")
@@ -473,7 +473,7 @@ def hostile_files(tmp_path) -> dict[str, tuple[str, str]]:
             lambda f: f[spikes].__delitem__("data") or f[spikes].create_virtual_dataset("data", layout),
             spikes,
         ),
-        ("deep", deep, "nested deeper than 64"),
+        ("deep", deep, "groups nested deeper than"),
         ("unknown_observable", set_attr("__type__", "SpikeTrain"), f"{spikes}: has __type__ 'SpikeTrain'"),
         ("unknown_node", set_attr("__type__", "NIRThing", "nodes/lif"), "nodes/lif: has __type__ 'NIRThing'"),
         ("no_type", delete("nodes/fc", "__type__"), "nodes/fc: has no __type__"),

@@ -515,7 +515,7 @@ def hostile_files(tmp_path) -> dict[str, tuple[str, str]]:
         ("dataset_twice", dataset_twice, "a dataset linked twice"),
         ("huge", huge, "claims 8000000000000 bytes"),
         ("cycle", cycle, "linked twice"),
-        ("deep", deep, "nested deeper than 64"),
+        ("deep", deep, "groups nested deeper than"),
         ("external_link", external_link, "soft or external link"),
         ("soft_link", soft_link, "soft or external link"),
         ("external_storage", external_storage, "external files"),
@@ -723,11 +723,13 @@ def test_a_write_that_runs_out_of_disk_leaves_the_old_file(tmp_path):
         try:
             nirbridge.write({str(path)!r}, graph)
         except nirbridge.NirFileError as error:
-            print("refused:", error)
+            print("refused:", repr(str(error)))
         """
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert "refused:" in result.stdout and "big.nir" in result.stdout, result.stdout + result.stderr
+    # one line, in the OS's words, without HDF5's time-stamped detail
+    assert "File too large" in result.stdout and "\\n" not in result.stdout and "time = " not in result.stdout
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["big.nir"]
 
@@ -810,3 +812,123 @@ def test_node_names_hdf5_cannot_hold_are_refused(tmp_path):
     with pytest.raises(nirbridge.NirFileError, match=r"node 'a/b': HDF5 names"):
         nirbridge.write(tmp_path / "g.nir", graph)
     assert os.listdir(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- hostile paths
+
+
+def test_what_is_not_a_regular_file_is_refused_before_opening(tmp_path):
+    fifo = tmp_path / "pipe.nir"
+    os.mkfifo(fifo)
+    for path, says in [
+        (fifo, r"is a FIFO \(named pipe\), not a .nir file"),  # opening it would block for ever
+        ("/dev/null", "is a character device, not a .nir file"),
+        (tmp_path, "is a folder, not a .nir file"),
+        (tmp_path / "missing.nir", "no such file"),
+    ]:
+        with pytest.raises(nirbridge.NirFileError, match=says):
+            nirbridge.read(path)
+    loop = tmp_path / "loop.nir"
+    loop.symlink_to(tmp_path / "back.nir")
+    (tmp_path / "back.nir").symlink_to(loop)
+    with pytest.raises(nirbridge.NirFileError, match="a loop of symbolic links"):
+        nirbridge.read(loop)
+    with pytest.raises(nirbridge.NirFileError, match="NUL character"):
+        nirbridge.read(str(tmp_path / "a\0b.nir"))
+
+
+def test_files_that_report_size_zero_but_hold_bytes_are_not_called_empty(tmp_path):
+    with pytest.raises(nirbridge.NirFileError, match="not an HDF5 file") as info:
+        nirbridge.read("/proc/self/status")
+    assert "empty" not in str(info.value)
+    (tmp_path / "empty.nir").write_bytes(b"")
+    with pytest.raises(nirbridge.NirFileError, match="is empty"):
+        nirbridge.read(tmp_path / "empty.nir")
+
+
+def test_writes_refuse_special_files_and_nul_paths(tmp_path):
+    graph = chain(primitives()["Scale"][0], (3,))
+    fifo = tmp_path / "pipe.nir"
+    os.mkfifo(fifo)
+    with pytest.raises(nirbridge.NirFileError, match="is a FIFO .*refuses"):
+        nirbridge.write(fifo, graph)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # still the FIFO, not replaced by a file
+    with pytest.raises(nirbridge.NirFileError, match="NUL character"):
+        nirbridge.write(str(tmp_path / "a\0b.nir"), graph)
+    assert sorted(os.listdir(tmp_path)) == ["pipe.nir"]
+
+
+def test_stale_temporary_files_of_killed_writers_are_removed(tmp_path):
+    graph = chain(primitives()["Scale"][0], (3,))
+    script = textwrap.dedent(
+        f"""
+        import os, signal, nirbridge.io as nio
+        def fill(temporary):
+            os.kill(os.getpid(), signal.SIGKILL)  # killed half way through a write
+        nio.atomic_write({str(tmp_path / "g.nir")!r}, fill)
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], timeout=120)
+    left = [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+    assert len(left) == 1 and left[0].startswith(".nirbridge-")
+    foreign = tmp_path / ".nirbridge-somebody-else.tmp"  # not nirbridge's pattern for this host: kept
+    foreign.write_bytes(b"x")
+    nirbridge.write(tmp_path / "g.nir", graph)
+    assert (tmp_path / left[0]).exists()  # younger than a minute: its writer may still be running
+    old = os.stat(tmp_path / left[0]).st_mtime - 120
+    os.utime(tmp_path / left[0], (old, old))
+    os.utime(foreign, (old, old))
+    nirbridge.write(tmp_path / "g.nir", graph)
+    assert sorted(os.listdir(tmp_path)) == [".nirbridge-somebody-else.tmp", "g.nir"]
+
+
+def test_read_and_write_accept_the_same_nesting(tmp_path):
+    from nirbridge.limits import MAX_NESTING
+
+    def nested(depth):
+        graph = chain(primitives()["Scale"][0], (3,))
+        for _ in range(depth):
+            graph = nir.NIRGraph(
+                nodes={"input": nir.Input(np.array([3])), "g": graph, "output": nir.Output(np.array([3]))},
+                edges=[("input", "g"), ("g", "output")],
+                type_check=False,
+            )
+        return graph
+
+    nirbridge.write(tmp_path / "deepest.nir", nested(MAX_NESTING))
+    assert_same(nested(MAX_NESTING), nirbridge.read(tmp_path / "deepest.nir"), dtypes=False)
+    with pytest.raises(nirbridge.NirFileError, match=f"graphs nest more than {MAX_NESTING} deep"):
+        nirbridge.write(tmp_path / "deeper.nir", nested(MAX_NESTING + 1))
+    assert not (tmp_path / "deeper.nir").exists()
+
+    def deeper(f):  # what another tool might write: one level more than nirbridge writes
+        group = f.create_group("node")
+        for _ in range(MAX_NESTING + 2):
+            group["type"] = np.bytes_("NIRGraph")
+            group["edges"] = np.empty((0, 2), dtype="S1")
+            group = group.create_group("nodes").create_group("g")
+        group["type"] = np.bytes_("Scale")
+        group["scale"] = np.ones(3)
+
+    path = h5_file(tmp_path / "other.nir", deeper)
+    with pytest.raises(nirbridge.NirFileError, match=f"graphs nest more than {MAX_NESTING} deep"):
+        nirbridge.read(path)
+    metadata = {"a": {}}
+    inner = metadata["a"]
+    for _ in range(20):
+        inner["a"] = {}
+        inner = inner["a"]
+    with pytest.raises(nirbridge.NirFileError, match="dicts nest more than 16 deep"):
+        nirbridge.write(tmp_path / "meta.nir", chain(primitives()["Scale"][0], (3,), metadata))
+    cyclic: dict = {}
+    cyclic["self"] = cyclic
+    with pytest.raises(nirbridge.NirFileError, match="or a dict holds itself"):
+        nirbridge.write(tmp_path / "meta.nir", chain(primitives()["Scale"][0], (3,), cyclic))
+
+
+def test_duplicate_edges_are_reported_on_reading(tmp_path):
+    graph = chain(primitives()["Scale"][0], (3,))
+    graph.edges = [graph.edges[0], *graph.edges]
+    nirbridge.write(tmp_path / "dup.nir", graph)
+    with pytest.warns(nirbridge.RepairWarning, match=r"edges listed more than once: 'input' -> 'n0'"):
+        nirbridge.read(tmp_path / "dup.nir")

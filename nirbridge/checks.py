@@ -22,10 +22,17 @@ from typing import Any
 import torch
 from torch import fx
 
-from .errors import InputError
+from .errors import InputError, ShapeMismatchError
 from .state import NODES, StateError, unpack_state
 
-__all__ = ["check_keys", "check_step", "check_types", "state_type_name"]
+__all__ = [
+    "check_keys",
+    "check_output",
+    "check_state_tensors",
+    "check_step",
+    "check_types",
+    "state_type_name",
+]
 
 # state types whose first field is batch first, for the batch-size check
 _BATCH_FIRST = frozenset({"IState", "CubaLIState"})
@@ -70,6 +77,97 @@ def check_types(nodes: dict[str, Any], keys: Any, kinds: Any, where: str) -> Non
         )
 
 
+def check_state_tensors(
+    nodes: dict[str, Any],
+    keys: Any,
+    shapes: Any,
+    reference: torch.Tensor,
+    batch: int | None,
+    where: str,
+) -> None:
+    """Raise :class:`StateError` where a state entry of a node whose layout is known
+    (``shapes``: each node's feature shape, ``None`` where unknown) holds something other
+    than tensors on ``reference``'s device and dtype, shaped ``[..., B, *features]`` with
+    ``B`` the batch (or 1). A state sliced, replaced or moved before it is passed back
+    would otherwise broadcast silently or fail deep inside a step."""
+    dtype, index, meta = reference.dtype, reference.get_device(), reference.is_meta
+    for key, feature in zip(keys, shapes):
+        if feature is None:
+            continue
+        entry = nodes[key]
+        for value in entry:  # the fast path: one pass of cheap tests, the words only on failure
+            if not (
+                isinstance(value, torch.Tensor)
+                and value.dtype == dtype
+                and value.get_device() == index
+                and value.is_meta == meta
+            ):
+                _state_problem(entry, key, feature, reference, batch, where)
+            shape = value.shape
+            if shape[1:] != feature or (batch is not None and shape[0] != batch and shape[0] != 1):
+                if not _fits(shape, feature, batch):  # a delay's history has a leading axis
+                    _state_problem(entry, key, feature, reference, batch, where)
+
+
+def _fits(shape: torch.Size, feature: tuple[int, ...], batch: int | None) -> bool:
+    """Whether ``shape`` is ``[..., B, *feature]`` with ``B`` the batch or 1."""
+    size = len(feature)
+    if len(shape) < size + 1 or (size and tuple(shape[-size:]) != feature):
+        return False
+    return batch is None or shape[-size - 1] in (batch, 1)
+
+
+def _state_problem(
+    entry: Any, key: str, feature: tuple[int, ...], reference: torch.Tensor, batch: int | None, where: str
+) -> None:
+    """Raise the :class:`StateError` saying what is wrong with one node's state entry."""
+    for field, value in zip(getattr(entry, "_fields", ()), entry):
+        at = f"{where}[{NODES!r}][{key!r}].{field}"
+        if not isinstance(value, torch.Tensor):
+            raise StateError(
+                f"{at} is {type(value).__name__}, not a tensor; pass the state this module returned "
+                "unchanged, or state=None to start afresh"
+            )
+        if value.device != reference.device:
+            raise StateError(
+                f"{at} is on {value.device}, the module on {reference.device}; move the whole state "
+                f"with the module, or pass state=None to start afresh"
+            )
+        if value.dtype != reference.dtype:
+            raise StateError(
+                f"{at} is {value.dtype}, the module computes in {reference.dtype}; pass the state this "
+                "module returned, or state=None to start afresh"
+            )
+        shape = tuple(value.shape)
+        if len(shape) == len(feature) + 1 and shape[1:] == feature and batch is not None:
+            if shape[0] not in (batch, 1):
+                raise StateError(
+                    f"{at} holds a batch of {shape[0]} but the input a batch of {batch}; keep the batch "
+                    "size within a sequence (a batch-1 state is broadcast over any batch), or pass state=None"
+                )
+        if not _fits(value.shape, feature, batch):
+            wanted = ", ".join(map(str, ("B", *feature)))
+            raise StateError(
+                f"{at} has shape {list(shape)}, but node {key!r} keeps [{wanted}]"
+                + (f" with B = {batch}" if batch is not None else "")
+                + "; pass the state this module returned unchanged (not sliced), or state=None"
+            )
+
+
+def check_output(out: Any, node: str, shape: tuple[int, ...], lead: int = 1) -> Any:
+    """Return ``out`` once a user's module (from ``node_map``) returned a tensor of the
+    shape the graph expects after ``lead`` leading axes (batch; time and batch in
+    :func:`nirbridge.run`); otherwise a :class:`ShapeMismatchError` naming the node."""
+    if isinstance(out, torch.Tensor) and tuple(out.shape[lead:]) != shape:
+        axes = "B" if lead == 1 else "T, B"
+        raise ShapeMismatchError(
+            f"node {node!r}: its module (from node_map) returned shape {list(out.shape)}, but the graph "
+            f"expects [{', '.join(map(str, (axes, *shape)))}] there; make the module return the NIR "
+            "node's output shape (batch first)"
+        )
+    return out
+
+
 def state_type_name(module: torch.nn.Module) -> str | None:
     """The name of the type a stateful module's state has, where the module declares it
     (``state_type``); a nested graph's state is a dict."""
@@ -84,10 +182,11 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
     the inputs cast to ``reference``'s dtype where they are bool or integer.
 
     ``spec`` is ``(top level?, input names, input shapes (None where unknown), stateful
-    node names, their state type names (None where unknown), delayed sources)``, fixed
-    when the module is built; a nested graph's inputs come checked from its parent.
+    node names, their state type names (None where unknown), delayed sources, the
+    feature shapes of their states (None where unknown))``, fixed when the module is
+    built; a nested graph's inputs come checked from its parent.
     """
-    top, names, shapes, node_keys, state_types, delayed_keys = spec
+    top, names, shapes, node_keys, state_types, delayed_keys, state_shapes = spec
     batch = None
     checked = []
     for name, x, shape in zip(names, inputs, shapes):
@@ -137,7 +236,7 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
             entry = nodes[key]
             if type(entry).__name__ != kind:
                 check_types(nodes, node_keys, state_types, "state")  # raises, listing them all
-            if state_batch is None and kind in _BATCH_FIRST:
+            if state_batch is None and kind in _BATCH_FIRST and isinstance(entry[0], torch.Tensor):
                 state_batch = entry[0].shape[0]
     if state_batch is None:
         for value in delayed.values():
@@ -150,6 +249,7 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
             "batch size within a sequence (a batch-1 state is broadcast over any batch), or pass "
             "state=None to start a new one"
         )
+    check_state_tensors(nodes, node_keys, state_shapes, reference, batch, "state")
     return nodes, delayed, *checked
 
 

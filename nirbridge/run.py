@@ -22,7 +22,7 @@ import nir
 import numpy as np
 import torch
 
-from .checks import check_keys, check_types, state_type_name
+from .checks import check_keys, check_state_tensors, check_types, state_type_name
 from .engine import Backend, backend_for
 from .engine import precision as _precision
 from .engine.eager import eager_stepper
@@ -34,9 +34,11 @@ from .engine.schedule import (
     chunk_length,
     is_built,
     level_of,
+    run_bytes,
     step_bytes,
 )
 from .errors import InputError, ParameterError
+from .limits import check_memory
 from .state import NODES, StateError, unpack_state
 
 __all__ = ["Run", "SequenceModule", "run"]
@@ -188,7 +190,8 @@ def run(
     sequences = _inputs(inputs, names)
     dtype, device = _dtype_device(module)
     steps = _check_inputs(module, level, sequences, dtype)
-    _check_state(level, state, "state")
+    batch = next(iter(sequences.values())).shape[1]
+    _check_state(level, state, "state", batch, torch.empty(0, dtype=dtype, device=device))
     request = _request(level, record)
     if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
         raise ParameterError(f"run(chunk={chunk!r}): give a whole number of time steps, at least 1")
@@ -213,8 +216,19 @@ def run(
         or _any_grad(state)
     )
     spike_types = _spike_types(level, module)
+    if level is not None:
+        needed = run_bytes(level, request, steps, batch, dtype.itemsize, need_grad, spike_types, bool_spikes)
+        check_memory(
+            needed,
+            f"run over T = {steps} steps at batch {batch} (outputs"
+            + (", records" if record not in ((), []) else "")
+            + (", and what autograd keeps for the backward pass" if need_grad else "")
+            + ")",
+            "record fewer nodes (record=... instead of 'all'), run fewer steps or a smaller batch per "
+            "call and pass the state on, or run under torch.no_grad() when no gradient is needed",
+            device,
+        )
     collector = _Collector(steps, need_grad, bool_spikes)
-    batch = next(iter(sequences.values())).shape[1]
     known = step_bytes(level, batch, dtype.itemsize) if level is not None else None
     length = chunk or (chunk_length(known, batch, steps) if known is not None else min(steps, _FIRST_CHUNK))
     shortest = 2 if chosen == "compile" and chunk is None else 1  # compiled chunks take 2 steps or more
@@ -473,8 +487,10 @@ def _declared_shape(node: Any) -> tuple[int, ...] | None:
     return tuple(int(s) for s in shape)
 
 
-def _check_state(level: Level | None, state: Any, where: str) -> None:
-    """A state must be the kind of dict this module returns: same node and delayed keys."""
+def _check_state(level: Level | None, state: Any, where: str, batch: int, reference: torch.Tensor) -> None:
+    """A state must be the kind of dict this module returns: same node and delayed keys,
+    entries of the same types, tensors on the module's device and dtype, shaped for
+    this batch (or a batch of 1)."""
     if state is None or level is None:
         return
     try:
@@ -484,14 +500,29 @@ def _check_state(level: Level | None, state: Any, where: str) -> None:
     stateful = [n for n, s in level.stateful.items() if s]
     check_keys(nodes, delayed, stateful, level.delayed_sources, where)
     check_types(nodes, stateful, [state_type_name(level.modules[n]) for n in stateful], where)
+    shapes = level.module.meta["nirbridge"].get("state_shapes", {})
+    check_state_tensors(nodes, stateful, [shapes.get(n) for n in stateful], reference, batch, where)
+    for source, value in delayed.items():
+        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] not in (batch, 1):
+            raise StateError(
+                f"{where}: the delayed output of {source!r} holds a batch of {value.shape[0]} but the input "
+                f"a batch of {batch}; keep the batch size within a sequence, or pass state=None"
+            )
     for name, child in level.children.items():
-        _check_state(child, nodes[name], f"{where}[{NODES!r}][{name!r}]")
+        _check_state(child, nodes[name], f"{where}[{NODES!r}][{name!r}]", batch, reference)
 
 
 def _request(level: Level | None, record: str | Iterable[str]) -> Request:
     """What to record, per level, from ``record=`` (see :func:`run`)."""
+    if record is None or isinstance(record, (bytes, Mapping)) or not isinstance(record, (str, Iterable)):
+        raise RecordError(
+            f"run(record={record!r}): give a node path ('lif'), a list of them, 'all' or 'outputs', "
+            "or () to record nothing"
+        )
+    if not isinstance(record, str):
+        record = list(record)
     if level is None:
-        if record not in ((), [], None):
+        if record != []:
             raise RecordError("record= needs a module built by nirbridge.nir_to_torch (a graph)")
         return Request()
     requests = {id(lv): Request() for lv in level.walk()}

@@ -190,3 +190,30 @@ def test_an_input_on_another_device_names_both(gm):
         nirbridge.InputError, match=r"input 'input' is on meta but the module on cpu; pass x.to\('cpu'\)"
     ):
         gm(torch.zeros(2, 12, device="meta"))
+
+
+def test_a_state_sliced_replaced_or_moved_before_it_is_passed_back(gm):
+    x = torch.zeros(4, 12)
+    _, state = gm(x)
+    key = next(k for k, v in state["nodes"].items() if hasattr(v, "v"))
+    width = state["nodes"][key].v.shape[1]
+    for change, says in [
+        (
+            lambda s: s._replace(v=s.v[:, :1]),
+            rf"\.v has shape \[4, 1\], but node '{key}' keeps \[B, {width}\]",
+        ),
+        (lambda s: s._replace(v=None), r"\.v is NoneType, not a tensor"),
+        (lambda s: s._replace(v=s.v.to("meta")), r"\.v is on meta, the module on cpu"),
+        (lambda s: s._replace(v=s.v.double()), r"\.v is torch.float64, the module computes in torch.float32"),
+        (lambda s: s._replace(v=s.v[:2]), r"\.v holds a batch of 2 but the input a batch of 4"),
+    ]:
+        broken = {**state, "nodes": {**state["nodes"], key: change(state["nodes"][key])}}
+        with pytest.raises(nirbridge.StateError, match=rf"state\['nodes'\]\['{key}'\]" + says):
+            gm(x, broken)
+        with pytest.raises(nirbridge.StateError, match=says):
+            nirbridge.run(gm, x.expand(3, 4, 12), state=broken)
+    one = {
+        **state,
+        "nodes": {**state["nodes"], key: state["nodes"][key]._replace(v=state["nodes"][key].v[:1])},
+    }
+    assert gm(x, one)[0].shape[0] == 4  # a batch-1 state broadcasts, as documented

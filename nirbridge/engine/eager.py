@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..checks import check_output
 from ..neurons.modules import Delay, Neuron
 from ..state import DELAYED, NODES, unpack_state
 from .schedule import Level, Recorded, RecordError, Request, node_input, state_variables
@@ -143,6 +144,8 @@ def run_chunk(
         else:
             flat = module(x.reshape(-1, *x.shape[2:]))
             out = flat.reshape(x.shape[0], x.shape[1], *flat.shape[1:])
+        if name in level.checked:
+            check_output(out, level.prefix + name, level.checked[name], lead=2)
         values[name] = out
         if name in request.outputs:
             recorded[(level.prefix + name, None)] = out

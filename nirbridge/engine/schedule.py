@@ -27,7 +27,7 @@ The back-ends (:mod:`.eager`, :mod:`.compile`, :mod:`.triton`) carry this plan o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -50,6 +50,7 @@ __all__ = [
     "level_of",
     "node_input",
     "state_variables",
+    "run_bytes",
     "step_bytes",
 ]
 
@@ -94,6 +95,7 @@ class Level:
     types: dict[str, str]  # NIR type name of each node
     order: list[str]  # every node of this level and below, as one step evaluates them
     widths: dict[str, int | None]  # values per sample of each node's output (None: not known)
+    checked: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)  # user modules' shapes
 
     def walk(self) -> list[Level]:
         """This level and every nested one."""
@@ -147,6 +149,7 @@ def level_of(module: fx.GraphModule, prefix: str = "", path: tuple[str, ...] = (
         types=types,
         order=order,
         widths=dict(info.get("widths", {})),
+        checked=dict(info.get("checked_outputs", {})),
     )
 
 
@@ -205,6 +208,55 @@ def step_bytes(level: Level, batch: int, element_size: int) -> int | None:
                 return None
             widest = max(widest, width)
     return widest * batch * element_size
+
+
+def run_bytes(
+    level: Level,
+    request: Request,
+    steps: int,
+    batch: int,
+    element_size: int,
+    need_grad: bool,
+    spike_types: Mapping[str, str] = {},
+    bool_spikes: bool = False,
+) -> int:
+    """A lower estimate of the bytes a whole run keeps until it returns: its outputs and
+    records (``steps x batch`` values per node output or state variable; a delay's
+    recorded history is ``max_steps`` times that), and with ``need_grad`` one output
+    and one state per node and step, which autograd keeps for the backward pass.
+    Nodes of unknown width count nothing."""
+
+    def width(lv: Level, name: str) -> int:
+        return lv.widths.get(name) or 0
+
+    def size(lv: Level, name: str) -> int:
+        spikes = bool_spikes and spike_types.get(lv.prefix + name) in SPIKING
+        return 1 if spikes else element_size
+
+    per_step = 0
+    for output in level.outputs:
+        sources = [s for s, _ in level.incoming.get(output, [])]
+        per_step += max((width(level, s) for s in sources), default=0) * element_size
+    requests = {id(level): request}
+    for lv in level.walk():
+        req = requests.get(id(lv), Request())
+        for name, child in lv.children.items():
+            requests[id(child)] = req.nested.get(name, Request())
+        for name in lv.modules:
+            per_step += width(lv, name) * size(lv, name) * (name in req.outputs)
+            wanted = req.wanted(name)
+            if wanted is False or name in lv.children:
+                continue
+            module = lv.modules[name]
+            fields = getattr(getattr(module, "state_type", None), "_fields", ("state",))
+            count = len(fields) if wanted is None else len(wanted)
+            depth = max(1, int(getattr(module, "max_steps", 1)))
+            per_step += width(lv, name) * element_size * count * depth
+        if need_grad:
+            per_step += sum(
+                2 * width(lv, name) * element_size for name in lv.modules if name not in lv.children
+            )
+    return per_step * batch * steps
 
 
 def chunk_length(largest_step_bytes: int, batch: int, steps: int) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import sys
 import time
@@ -38,6 +39,7 @@ from . import graph as graph_utils
 from .draw import ENGINES
 from .errors import InputError, NirBridgeError, NirFileError, ParameterError
 from .io import NirFile, load
+from .limits import check_memory
 
 __all__ = ["main", "summarize"]
 
@@ -367,6 +369,14 @@ def _random_spikes(shapes: dict[str, tuple[int, ...]], steps: int, batch: int, r
         raise ParameterError(f"--rate {rate}: a spike probability per step, between 0 and 1")
     if steps < 1 or batch < 1:
         raise ParameterError(f"--steps {steps} --batch {batch}: both must be 1 or more")
+    if not 0 <= seed < 2**63:
+        raise ParameterError(f"--seed {seed}: give a seed from 0 to 2**63 - 1 (what torch's generator takes)")
+    values = steps * batch * sum(math.prod(shape) for shape in shapes.values())
+    check_memory(  # a bool per value, and torch.rand's float32 draws for the largest input
+        values + 4 * steps * batch * max((math.prod(s) for s in shapes.values()), default=0),
+        f"random input spikes of {steps} steps x batch {batch}",
+        "give fewer --steps or a smaller --batch",
+    )
     generator = torch.Generator().manual_seed(seed)
     spikes = {
         name: torch.rand((steps, batch, *shape), generator=generator) < rate for name, shape in shapes.items()
@@ -380,12 +390,17 @@ def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | Non
     import h5py
     import torch
 
-    if os.path.isdir(path):
-        raise NirFileError(f"{path}: is a folder, not an HDF5 file of input spikes")
-    if not os.path.exists(path):
-        raise NirFileError(f"{path}: no such file")
+    from .io import regular_file
+
+    regular_file(path, path, "an HDF5 file of input spikes")
     try:
         with h5py.File(path, "r") as file:
+            links = {k: file.get(k, getlink=True) for k in file}
+            odd = sorted(k for k, link in links.items() if not isinstance(link, h5py.HardLink))
+            if odd:
+                raise InputError(
+                    f"{path}: {odd} are soft or external links; store the spikes as datasets in the file"
+                )
             datasets = {k: v for k, v in file.items() if isinstance(v, h5py.Dataset)}
             if len(shapes) == 1 and len(datasets) == 1:
                 chosen = {next(iter(shapes)): next(iter(datasets.values()))}
@@ -400,8 +415,17 @@ def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | Non
             scalar = [n for n, d in chosen.items() if d.ndim == 0]
             if scalar:
                 raise InputError(f"{path}: dataset(s) {scalar} hold a single value; store [T, B, ...] spikes")
+            for name, dataset in chosen.items():
+                rows = dataset.shape[0] if steps is None else min(steps, dataset.shape[0])
+                kind = dataset.dtype
+                converted = 0 if kind in (np.dtype(bool), np.dtype(np.float32)) else 4  # cast to float32
+                check_memory(
+                    (kind.itemsize + converted) * rows * math.prod(dataset.shape[1:]),
+                    f"{path}: dataset {name!r} of shape {dataset.shape}",
+                    "pass --steps to read fewer time steps, or store fewer",
+                )
             arrays = {n: np.asarray(d[:steps]) for n, d in chosen.items()}
-    except OSError as error:
+    except (OSError, RuntimeError, KeyError) as error:
         raise NirFileError(f"{path}: not an HDF5 file, or a damaged one ({error})") from None
     inputs = {}
     for name, array in arrays.items():
@@ -415,7 +439,9 @@ def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | Non
                 f"{path}: dataset {name!r} has shape {array.shape}; input {name!r} takes "
                 f"[T, B, {', '.join(map(str, shape))}] or [T, {', '.join(map(str, shape))}] with T >= 1"
             )
-        inputs[name] = torch.from_numpy(array if array.dtype.kind == "b" else array.astype(np.float32))
+        inputs[name] = torch.from_numpy(
+            array if array.dtype.kind == "b" else array.astype(np.float32, copy=False)
+        )
     return inputs
 
 
@@ -471,15 +497,18 @@ def _state_from_json(entries: Any, path: str) -> dict[str, Any]:
 
 
 def _read_ir_json(path: str) -> tuple[Any, dict[str, Any]]:
-    if os.path.isdir(path):
-        raise NirFileError(f"{path}: is a folder, not an elasticai IR .json file")
-    if not os.path.exists(path):
-        raise NirFileError(f"{path}: no such file")
+    from .io import regular_file
+
+    regular_file(path, path, "an elasticai IR .json file")
     try:
         with open(path, encoding="utf-8") as file:
             document = json.load(file)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise NirFileError(f"{path}: not a JSON file ({error})") from None
+    except RecursionError:
+        raise NirFileError(f"{path}: its JSON nests too deep to be an elasticai IR file") from None
+    except ValueError as error:  # e.g. an integer of more digits than Python converts
+        raise NirFileError(f"{path}: holds a value no IR file holds ({error})") from None
     if not isinstance(document, dict) or "ir" not in document:
         raise NirFileError(
             f"{path}: not an elasticai IR file: expected an object with 'ir' and 'state_dict' "

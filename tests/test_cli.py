@@ -533,3 +533,69 @@ def test_info_nodes_of_a_single_node_an_unreached_node_and_unknown_shapes(tmp_pa
         ["loop", "Linear", "(2,)", "(2,)", "4", "← input, loop (delayed)"],
     ]
     assert rows["input"]["input_shape"] is None
+
+
+# ----------------------------------------------------------------------------- hostile input
+
+
+def _one_line_failure(result, says: str) -> None:
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert says in result.output, result.output
+
+
+def test_info_and_run_refuse_fifos_without_blocking(tmp_path):
+    fifo = tmp_path / "pipe.nir"
+    os.mkfifo(fifo)
+    for command in (["info", str(fifo)], ["run", str(fifo)]):
+        result = subprocess.run(
+            [sys.executable, "-m", "nirbridge", *command], capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 1 and "is a FIFO (named pipe)" in result.stderr, result.stderr
+
+
+def test_convert_refuses_json_it_cannot_parse_in_one_line(tmp_path):
+    huge = tmp_path / "huge.json"
+    huge.write_text('{"ir": {"a": ' + "9" * 100_000 + "}}")
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"ir": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    _one_line_failure(
+        CliRunner().invoke(main, ["convert", str(huge), str(tmp_path / "a.nir")]), "holds a value"
+    )
+    _one_line_failure(
+        CliRunner().invoke(main, ["convert", str(deep), str(tmp_path / "b.nir")]), "nests too deep"
+    )
+
+
+def test_run_refuses_seeds_sizes_and_inputs_it_cannot_use(tmp_path, monkeypatch):
+    path = tmp_path / "net.nir"
+    nirbridge.write(path, network())
+    runner = CliRunner()
+    _one_line_failure(
+        runner.invoke(main, ["run", str(path), "--seed", str(2**70)]), "--seed 1180591620717411303424"
+    )
+    _one_line_failure(
+        runner.invoke(main, ["run", str(path), "--steps", str(10**12)]),
+        "random input spikes of 1000000000000 steps",
+    )
+    _one_line_failure(runner.invoke(main, ["verify", str(path), "--batch", str(10**12)]), "needs")
+    linked = tmp_path / "linked.h5"
+    with h5py.File(linked, "w") as f:
+        f["input"] = h5py.SoftLink("/input")  # a link to itself
+    _one_line_failure(
+        runner.invoke(main, ["run", str(path), "--input", str(linked)]), "soft or external links"
+    )
+    big = tmp_path / "big.h5"
+    with h5py.File(big, "w") as f:  # declared, never written: HDF5 stores nothing until it is
+        f.create_dataset("input", shape=(10**12, 1, 3), dtype="f4", chunks=(1000, 1, 3))
+    _one_line_failure(
+        runner.invoke(main, ["run", str(path), "--input", str(big)]),
+        "dataset 'input' of shape (1000000000000, 1, 3) needs",
+    )
+    graph = network()
+    graph.nodes["fc"].weight = np.full((5, 3), np.nan, np.float32)
+    nirbridge.write(tmp_path / "nan.nir", graph)
+    for command in ("run", "verify"):
+        _one_line_failure(
+            runner.invoke(main, [command, str(tmp_path / "nan.nir")]), "'fc' (Affine): weight is NaN"
+        )

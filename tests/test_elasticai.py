@@ -7,6 +7,7 @@ computes."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -534,3 +535,341 @@ def test_bad_shapes_and_failing_converters_are_nirbridge_errors():
 
     with pytest.raises(nirbridge.NodeConversionError, match="'_0' \\(linear\\): RuntimeError: no"):
         elasticai.to_nir(lower(model), model.state_dict(), type_map={"linear": broken})
+
+
+# ----------------------------------------------------------------------------- hostile input (issue 20)
+
+
+def dense_ir() -> tuple[dict, dict]:
+    """input -> fc (linear) -> lif -> output, as from_nir gives it."""
+    n = 2
+    lif = nir.LIF(tau=np.full(n, 0.01), r=np.ones(n), v_leak=np.zeros(n), v_threshold=np.ones(n))
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "fc": nir.Linear(np.ones((n, 3))),
+            "lif": lif,
+            "output": nir.Output(np.array([n])),
+        },
+        edges=[("input", "fc"), ("fc", "lif"), ("lif", "output")],
+        type_check=False,
+    )
+    ir, state = elasticai.from_nir(graph)
+    return ir, dict(state)
+
+
+def _set(ir: dict, state: dict, path: tuple, value) -> tuple[dict, dict]:
+    target = ir
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return ir, state
+
+
+def _deep(levels: int) -> list:
+    value: list = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+MALFORMED = {
+    # the IR's structure
+    "edges as a list of ints": (
+        lambda ir, sd: _set(ir, sd, ("", "edges"), [1, 2, 3]),
+        nirbridge.GraphStructureError,
+        r"implementation '': edge 1 is an int, not a dict with 'src' and 'dst'",
+    ),
+    "edges as an int": (
+        lambda ir, sd: _set(ir, sd, ("", "edges"), 7),
+        nirbridge.GraphStructureError,
+        r"implementation '': 'edges' is 7 \(an int\)",
+    ),
+    "nir_edges of three": (
+        lambda ir, sd: _set(ir, sd, ("", "nir_edges"), [("input", "fc", "lif"), ("lif", "output")]),
+        nirbridge.GraphStructureError,
+        r"implementation '': 'nir_edges' holds \('input', 'fc', 'lif'\), which is not a \(source, target\)",
+    ),
+    "nodes as a string": (
+        lambda ir, sd: _set(ir, sd, ("", "nodes"), "fc"),
+        nirbridge.GraphStructureError,
+        r"implementation '': 'nodes' is 'fc' \(a str\)",
+    ),
+    "a node that is not a dict": (
+        lambda ir, sd: _set(ir, sd, ("", "nodes", "fc"), "linear"),
+        nirbridge.GraphStructureError,
+        r"implementation '': node 'fc' is 'linear' \(a str\), not a dict",
+    ),
+    "0.68 attributes that are not a dict": (
+        lambda ir, sd: _set(ir, sd, ("fc", "attributes"), [1]),
+        nirbridge.GraphStructureError,
+        r"implementation 'fc': 'attributes' is \[1\] \(a list\), not a dict",
+    ),
+    "an implementation that is not a dict": (
+        lambda ir, sd: _set(ir, sd, ("fc",), 3),
+        nirbridge.GraphStructureError,
+        r"implementation 'fc' is 3 \(an int\), not an implementation dict",
+    ),
+    # names that are not strings
+    "an implementation named by an int": (
+        lambda ir, sd: _set(ir, sd, (1,), ir.pop("fc")),
+        nirbridge.GraphStructureError,
+        r"the IR names an implementation 1 \(an int\); implementation names are strings",
+    ),
+    "a node type that is not a string": (
+        lambda ir, sd: _set(ir, sd, ("", "nodes", "fc", "type"), 5),
+        nirbridge.GraphStructureError,
+        r"implementation '': node 'fc' has type 5",
+    ),
+    "a node naming its implementation by a list": (
+        lambda ir, sd: _set(ir, sd, ("", "nodes", "fc", "implementation"), ["fc"]),
+        nirbridge.GraphStructureError,
+        r"implementation '': node 'fc' names implementation \['fc'\] \(a list\)",
+    ),
+    "an edge target that is not a string": (
+        lambda ir, sd: _set(ir, sd, ("", "edges", "fc", 3), {}),
+        nirbridge.GraphStructureError,
+        r"implementation '': edge 'fc' -> 3 names an int",
+    ),
+    "a field named by an int": (
+        lambda ir, sd: _set(ir, sd, ("lif", 9), 1),
+        nirbridge.GraphStructureError,
+        r"implementation 'lif' has a field named 9 \(an int\)",
+    ),
+    # fields of the wrong type
+    "nir_metadata that is not a dict": (
+        lambda ir, sd: _set(ir, sd, ("lif", "nir_metadata"), [1]),
+        nirbridge.ParameterError,
+        r"implementation 'lif': 'nir_metadata' is \[1\] \(a list\)",
+    ),
+    "nir_fields naming no field": (
+        lambda ir, sd: _set(ir, sd, ("lif", "nir_fields"), {"bogus": 1}),
+        nirbridge.ParameterError,
+        r"implementation 'lif' \(node 'lif'\): 'nir_fields' names 'bogus', which LIF has no field for",
+    ),
+    "bias given as text": (
+        lambda ir, sd: _set(ir, sd, ("fc", "bias"), "False"),
+        nirbridge.ParameterError,
+        r"implementation 'fc' \(linear, node 'fc'\): attribute 'bias' is 'False'; give True or False",
+    ),
+    "a hyperparameter that is not a number": (
+        lambda ir, sd: _set(ir, sd, ("fc", "in_features"), "three"),
+        nirbridge.ParameterError,
+        r"implementation 'fc' \(linear, node 'fc'\): attribute 'in_features' must be whole numbers",
+    ),
+    "a field nested 3000 deep": (
+        lambda ir, sd: _set(ir, sd, ("lif", "note"), _deep(3000)),
+        nirbridge.ParameterError,
+        r"implementation 'lif', field 'note' nests lists, tuples or dicts more than 16 deep",
+    ),
+    # shapes
+    "a NaN shape": (
+        lambda ir, sd: _set(ir, sd, ("", "nodes", "input", "shape"), (float("nan"),)),
+        nirbridge.ParameterError,
+        r"the shape of IR node 'input' must be a tuple of positive ints.*got \(nan,\)",
+    ),
+    "an infinite shape": (
+        lambda ir, sd: _set(ir, sd, ("", "nodes", "input", "shape"), [float("inf")]),
+        nirbridge.ParameterError,
+        r"the shape of IR node 'input' must be a tuple of positive ints",
+    ),
+    # the state_dict
+    "a state_dict given as a list": (
+        lambda ir, sd: (ir, [1, 2]),
+        nirbridge.ParameterError,
+        r"state_dict is \[1, 2\] \(a list\); pass the weights as a dict keyed '<implementation>.<field>'",
+    ),
+    "a state_dict key that is not a string": (
+        lambda ir, sd: (ir, {**sd, ("fc", "weight"): np.ones((2, 3))}),
+        nirbridge.ParameterError,
+        r"state_dict key \('fc', 'weight'\) is a tuple",
+    ),
+    "a weight given as text": (
+        lambda ir, sd: (ir, {**sd, "fc.weight": "ones"}),
+        nirbridge.ParameterError,
+        r"state_dict entry 'fc.weight' is 'ones', not an array of real numbers",
+    ),
+    "a ragged weight": (
+        lambda ir, sd: (ir, {**sd, "fc.weight": [[1.0, 2.0, 3.0], [1.0]]}),
+        nirbridge.ParameterError,
+        r"state_dict entry 'fc.weight' is \[\[1.0, 2.0, 3.0\], \[1.0\]\], not an array of real numbers",
+    ),
+    "a parameter of objects": (
+        lambda ir, sd: (ir, {**sd, "lif.tau": np.array([0.01, None], dtype=object)}),
+        nirbridge.ParameterError,
+        r"state_dict entry 'lif.tau' is array\(\[0.01, None\], dtype=object\), not an array of real",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_ir_is_an_error_naming_the_implementation_node_or_field(case):
+    mutate, error, message = MALFORMED[case]
+    ir, state = mutate(*dense_ir())
+    with pytest.raises(error, match=message):
+        elasticai.to_nir(ir, state)
+
+
+def nested_ir(depth: int, fan: int = 1) -> dict:
+    """A root holding graph g0, holding g1 ... g<depth-1>, holding a Scale: graphs nested
+    ``depth`` deep, each graph implementation used ``fan`` times by the one above."""
+    io_nodes = {"input": {"type": "input", "implementation": "input"}}
+    ir = {
+        "": {
+            "name": "",
+            "type": "module",
+            "nodes": {
+                "input": {"type": "input", "implementation": "input", "shape": (2,)},
+                "g": {"type": "NIRGraph", "implementation": "g0"},
+                "output": {"type": "output", "implementation": "output"},
+            },
+            "edges": {"input": {"g": {}}, "g": {"output": {}}},
+        },
+        "leaf": {"name": "leaf", "type": "Scale", "nodes": {}, "edges": {}},
+    }
+    for i in range(depth):
+        inner = (
+            {"type": "NIRGraph", "implementation": f"g{i + 1}"}
+            if i + 1 < depth
+            else {"implementation": "leaf"}
+        )
+        inner.setdefault("type", "Scale")
+        names = [f"n{k}" for k in range(fan)]
+        ir[f"g{i}"] = {
+            "name": f"g{i}",
+            "type": "NIRGraph",
+            "nodes": {**io_nodes, **{n: dict(inner) for n in names}, "output": {"type": "output"}},
+            "edges": {"input": {n: {} for n in names}, **{n: {"output": {}} for n in names}},
+        }
+    return ir
+
+
+def test_graph_implementations_nest_as_deep_as_limits_allow_and_no_deeper():
+    from nirbridge.limits import MAX_NESTING
+
+    state = {"leaf.scale": np.array([2.0, 3.0])}
+    graph = elasticai.to_nir(nested_ir(MAX_NESTING), state)  # the deepest nirbridge reads and runs
+    out, _ = nirbridge.nir_to_torch(graph, dtype=torch.float64)(torch.ones(1, 2, dtype=torch.float64))
+    assert out.tolist() == [[2.0, 3.0]]
+    for depth in (MAX_NESTING + 1, 3000):  # 3000: Python's stack would overflow on recursion
+        with pytest.raises(
+            nirbridge.GraphStructureError,
+            match=rf"nest more than {MAX_NESTING} deep \(at node 'g\.n0\.n0.*"
+            rf"implementation 'g{MAX_NESTING}'\)",
+        ):
+            elasticai.to_nir(nested_ir(depth), state)
+    looped = nested_ir(3)
+    looped["g2"]["nodes"]["n0"] = {"type": "NIRGraph", "implementation": "g0"}
+    with pytest.raises(
+        nirbridge.GraphStructureError,
+        match=r"implementation 'g0' contains itself \('g0' -> 'g1' -> 'g2' -> 'g0'",
+    ):
+        elasticai.to_nir(looped, state)
+    # each graph used twice by the one above: 2**32 copies of the leaf, refused before building
+    with pytest.raises(nirbridge.MemoryLimitError, match=r"the NIR graph of this IR \(\d+ nodes"):
+        elasticai.to_nir(nested_ir(MAX_NESTING, fan=2), state)
+
+
+METADATA = {
+    "elasticai.implementation a list": (
+        "fc",
+        "elasticai.implementation",
+        "[1, 2]",
+        r"node 'fc': metadata 'elasticai.implementation' holds \[1, 2\] \(a list\) where a dict",
+    ),
+    "elasticai.implementation an int": (
+        "fc",
+        "elasticai.implementation",
+        "1",
+        r"node 'fc': metadata 'elasticai.implementation' holds 1 \(an int\)",
+    ),
+    "elasticai.node without an implementation": (
+        "fc",
+        "elasticai.node",
+        "{'type': 'linear', 'implementation': 3}",
+        r"node 'fc': metadata 'elasticai.node' holds \{'type': 'linear', 'implementation': 3\}",
+    ),
+    "elasticai.parameters with an int": (
+        "fc",
+        "elasticai.parameters",
+        "('weight', 3)",
+        r"node 'fc': metadata 'elasticai.parameters' holds \('weight', 3\) \(a tuple\)",
+    ),
+    "elasticai.edges with an int": (
+        None,
+        "elasticai.edges",
+        "{'input': {'fc': 3}}",
+        r"the graph: metadata 'elasticai.edges' holds \{'input': \{'fc': 3\}\}",
+    ),
+    "the root's elasticai.implementation a string": (
+        None,
+        "elasticai.implementation",
+        "'module'",
+        r"the graph: metadata 'elasticai.implementation' holds 'module' \(a str\)",
+    ),
+    "no Python literal": (
+        "lif",
+        "elasticai.node",
+        "{'type': ",
+        r"node 'lif': metadata 'elasticai.node' is \"\{'type': \", not a Python literal",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(METADATA))
+def test_metadata_literals_of_the_wrong_type_are_errors_naming_the_file_node_and_key(case, tmp_path):
+    node, key, literal, message = METADATA[case]
+    ir, state = dense_ir()
+    graph = elasticai.to_nir(ir, state)
+    owner = graph if node is None else graph.nodes[node]
+    owner.metadata = {**(owner.metadata or {}), key: literal}
+    path = tmp_path / "tampered.nir"
+    nirbridge.write(path, graph)
+    with pytest.raises(nirbridge.ParameterError, match=re.escape(str(path)) + ": " + message):
+        elasticai.read(path)
+    with pytest.raises(nirbridge.ParameterError, match="^" + message):  # in memory: no file to name
+        elasticai.from_nir(graph)
+
+
+def _ghost_in_edges(ir: dict) -> None:
+    ir[""]["edges"]["fc"]["ghost"] = {}
+
+
+def _ghost_in_edges_kept_out_of_nir_edges(ir: dict) -> None:  # the reproducer: nir_edges win
+    ir[""]["edges"]["fc"]["ghost"] = {}
+    ir[""]["nir_edges"] = [("input", "fc"), ("fc", "lif"), ("lif", "output")]
+
+
+def _ghost_in_nir_edges(ir: dict) -> None:
+    ir[""]["nir_edges"] = [("input", "fc"), ("fc", "lif"), ("fc", "ghost"), ("lif", "output")]
+
+
+def _ghost_source(ir: dict) -> None:
+    ir[""]["edges"]["ghost"] = {"lif": {}}
+
+
+@pytest.mark.parametrize(
+    "mutate, edge",
+    [
+        (_ghost_in_edges, r"implementation '': edge 'fc' -> 'ghost' names node 'ghost'"),
+        (
+            _ghost_in_edges_kept_out_of_nir_edges,
+            r"implementation '': edge 'fc' -> 'ghost' names node 'ghost'",
+        ),
+        (_ghost_in_nir_edges, r"implementation '', 'nir_edges': edge 'fc' -> 'ghost' names node 'ghost'"),
+        (_ghost_source, r"implementation '': edge 'ghost' -> 'lif' names node 'ghost'"),
+    ],
+)
+def test_an_edge_to_a_node_that_does_not_exist_is_an_error_not_dropped(mutate, edge):
+    ir, state = dense_ir()
+    mutate(ir)
+    with pytest.raises(nirbridge.MissingNodeError, match=edge + r", which is not in the graph\. Add a node"):
+        elasticai.to_nir(ir, state)
+    ir, state = dense_ir()  # nir_edges that leave out an edge of 'edges' are no better
+    ir[""]["edges"]["input"]["lif"] = {}
+    ir[""]["nir_edges"] = [("input", "fc"), ("fc", "lif"), ("lif", "output")]
+    with pytest.raises(
+        nirbridge.GraphStructureError,
+        match=r"implementation '': 'nir_edges' .* \[\('input', 'lif'\)\] only in 'edges'",
+    ):
+        elasticai.to_nir(ir, state)

@@ -46,7 +46,7 @@ import dataclasses
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,7 @@ from .. import io
 from ..errors import (
     GraphStructureError,
     LossyConversionWarning,
+    MissingNodeError,
     MissingShapeError,
     NirBridgeError,
     NodeConversionError,
@@ -68,6 +69,27 @@ from ..errors import (
     UnsupportedImplementationError,
 )
 from ..layers import _nir_dim, _padding, conv_node
+from ..limits import MAX_NESTING, check_memory
+from ._elasticai_checks import (
+    _IO,
+    _array,
+    _check_nesting,
+    _check_side_channel,
+    _check_state_dict,
+    _int_attribute,
+    _ints,
+    _kind,
+    _metadata_dict,
+    _metadata_of,
+    _name,
+    _nir_fields,
+    _parameter,
+    _record,
+    _shape_value,
+    _shown,
+    _stored,
+    _string_keys,
+)
 
 __all__ = ["FROM_NIR", "TO_NIR", "from_nir", "read", "to_nir", "write"]
 
@@ -77,8 +99,6 @@ ToNir = Callable[[dict[str, Any], dict[str, np.ndarray]], nir.NIRNode]
 FromNir = Callable[[Any], "tuple[str, dict[str, Any], dict[str, np.ndarray]] | None"]
 
 _GRAPH_TYPES = ("NIRGraph", "module")
-_IO = ("input", "output")
-_META = "elasticai."
 _SIDE_CHANNEL = ("nir_metadata", "nir_fields", "nir_edges", "nir_output")
 
 
@@ -109,17 +129,16 @@ class _Parameters(dict):
         raise _MissingParameter(key)
 
 
-def _ints(value: Any, count: int, what: str) -> tuple[int, ...]:
-    return graph_utils.ints(value, count, what, "")
-
-
 def _check(attributes: Mapping[str, Any], key: str, actual: int, what: str) -> None:
-    if key in attributes and int(attributes[key]) != actual:
+    if key in attributes and _int_attribute(attributes, key, actual) != actual:
         raise ParameterError(f"{key}={attributes[key]!r} does not match the {what} ({actual})")
 
 
 def _bias(attributes: Mapping[str, Any], parameters: _Parameters, out: int) -> np.ndarray | None:
-    if not attributes.get("bias", "bias" in parameters):
+    flag = attributes.get("bias", "bias" in parameters)
+    if not isinstance(flag, (bool, np.bool_)):
+        raise ParameterError(f"attribute 'bias' is {_shown(flag)}; give True or False")
+    if not flag:
         if "bias" in parameters:
             raise ParameterError("bias=False, but the state_dict holds a bias; drop one of them")
         return None
@@ -140,6 +159,9 @@ def linear_to_nir(attributes: dict[str, Any], parameters: _Parameters) -> nir.Af
     return nir.Linear(weight=weight) if bias is None else nir.Affine(weight=weight, bias=bias)
 
 
+_PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+
 def _conv_to_nir(dims: int) -> ToNir:
     def convert(attributes: dict[str, Any], parameters: _Parameters) -> nir.Conv1d | nir.Conv2d:
         weight = parameters["weight"]
@@ -148,7 +170,13 @@ def _conv_to_nir(dims: int) -> ToNir:
                 f"weight must be {dims + 2}-D (out_channels, in_channels/groups, kernel...), "
                 f"got shape {weight.shape}"
             )
-        groups = int(attributes.get("groups", 1))
+        groups = _int_attribute(attributes, "groups", 1)
+        padding_mode = attributes.get("padding_mode", "zeros")
+        if not (isinstance(padding_mode, str) and padding_mode in _PADDING_MODES):
+            raise ParameterError(
+                f"attribute 'padding_mode' is {_shown(padding_mode)}; give one of torch's "
+                f"{', '.join(repr(m) for m in _PADDING_MODES)}"
+            )
         _check(attributes, "out_channels", weight.shape[0], "weight's first axis")
         _check(attributes, "in_channels", weight.shape[1] * groups, "weight's second axis times groups")
         if "kernel_size" in attributes:
@@ -165,7 +193,7 @@ def _conv_to_nir(dims: int) -> ToNir:
             padding=attributes.get("padding", 0),
             dilation=attributes.get("dilation", 1),
             groups=groups,
-            padding_mode=attributes.get("padding_mode", "zeros"),
+            padding_mode=padding_mode,
         )
 
     convert.__name__ = convert.__qualname__ = f"conv{dims}d_to_nir"
@@ -180,8 +208,8 @@ def flatten_to_nir(attributes: dict[str, Any], parameters: _Parameters) -> nir.F
     """``flatten`` (``start_dim``, ``end_dim`` counted with the batch axis; default 1, -1)."""
     return nir.Flatten(
         input_type=None,
-        start_dim=_nir_dim(int(attributes.get("start_dim", 1)), "start_dim", "flatten"),
-        end_dim=_nir_dim(int(attributes.get("end_dim", -1)), "end_dim", "flatten"),
+        start_dim=_nir_dim(_int_attribute(attributes, "start_dim", 1), "start_dim", "flatten"),
+        end_dim=_nir_dim(_int_attribute(attributes, "end_dim", -1), "end_dim", "flatten"),
     )
 
 
@@ -211,6 +239,9 @@ def _nir_class(kind: str) -> type | None:
 _SHAPE_FIELDS = ("input_type", "output_type", "metadata", "input_shape")
 
 
+_ARRAY_TYPES = (np.ndarray, np.ndarray | None, "np.ndarray", "Optional[np.ndarray]", "np.ndarray | None")
+
+
 def _generic_to_nir(cls: type, attributes: dict[str, Any], parameters: _Parameters) -> nir.NIRNode:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs = {**attributes, **parameters}
@@ -224,8 +255,21 @@ def _generic_to_nir(cls: type, attributes: dict[str, Any], parameters: _Paramete
         elif name not in kwargs and name != "metadata":
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise _MissingParameter(name)
-        elif isinstance(kwargs.get(name), list):  # JSON gives arrays back as lists
-            kwargs[name] = np.asarray(kwargs[name])
+        elif name in kwargs and (f.type in _ARRAY_TYPES or isinstance(kwargs[name], list)):
+            value = kwargs[name]
+            if value is None and f.type not in (np.ndarray, "np.ndarray"):
+                continue
+            try:  # JSON gives arrays back as lists
+                array = np.asarray(value)
+            except (TypeError, ValueError):
+                array = np.asarray(None)  # ragged
+            if array.dtype.kind not in "biuf":
+                raise ParameterError(
+                    f"{cls.__name__}'s field {name!r} is {_shown(value)}, not numbers; give an array "
+                    "(in the state_dict) or a number"
+                )
+            if isinstance(value, list):
+                kwargs[name] = array
     try:
         return cls(**kwargs)
     except (TypeError, ValueError, AttributeError, IndexError) as error:
@@ -322,14 +366,6 @@ class _Impl:
     edges: list[tuple[str, str, dict[str, Any]]]
 
 
-def _record(value: Any, where: str) -> dict[str, Any]:
-    if hasattr(value, "as_dict"):
-        value = value.as_dict()
-    if not isinstance(value, Mapping):
-        raise GraphStructureError(f"{where} is a {type(value).__name__}, not an implementation dict")
-    return dict(value)
-
-
 def _entries(ir: Any) -> list[tuple[str, dict[str, Any]]]:
     """(name, record) pairs from every spelling of an IR."""
     if (
@@ -340,15 +376,18 @@ def _entries(ir: Any) -> list[tuple[str, dict[str, Any]]]:
         and isinstance(ir[1], Mapping)
     ):  # 0.68: (root graph, registry)
         root = _record(ir[0], "the root graph")
-        return [("", root), *((str(k), _record(v, f"implementation {k!r}")) for k, v in ir[1].items())]
+        return [
+            ("", root),
+            *((_name(k, "the registry"), _record(v, f"implementation {k!r}")) for k, v in ir[1].items()),
+        ]
     if isinstance(ir, Mapping):
-        return [(str(k), _record(v, f"implementation {k!r}")) for k, v in ir.items()]
+        return [(_name(k, "the IR"), _record(v, f"implementation {k!r}")) for k, v in ir.items()]
     if isinstance(ir, (str, bytes, os.PathLike)):
-        raise NirBridgeError(
+        raise GraphStructureError(
             "to_nir takes the IR itself (implementations or their dicts); to read a .nir file "
             "use nirbridge.adapters.elasticai.read(path)"
         )
-    if isinstance(ir, Iterable):
+    if isinstance(ir, Iterable) and not isinstance(ir, (np.ndarray, torch.Tensor)):
         entries = []
         for index, item in enumerate(ir):
             record = _record(item, f"item {index} of the IR")
@@ -357,67 +396,127 @@ def _entries(ir: Any) -> list[tuple[str, dict[str, Any]]]:
                 raise GraphStructureError(f"item {index} of the IR has no name; give each implementation one")
             entries.append((name, record))
         return entries
-    raise NirBridgeError(
+    raise GraphStructureError(
         f"the IR must be elasticai Implementations, a dict of their as_dict() forms or a "
         f"(root, registry) pair; got {type(ir).__name__}"
     )
 
 
 def _nodes(value: Any, where: str) -> dict[str, dict[str, Any]]:
-    items = (
-        list(value.items())
-        if isinstance(value, Mapping)
-        else [(n.get("name") if isinstance(n, Mapping) else None, n) for n in value or []]
-    )
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, (list, tuple)):  # 0.62: a list of {"name", "type", "implementation"}
+        items = [(n.get("name") if isinstance(n, Mapping) else None, n) for n in value]
+    else:
+        raise GraphStructureError(
+            f"{where}: 'nodes' is {_shown(value)} ({_kind(value)}); give a dict "
+            "{name: {'type': ..., 'implementation': ...}}"
+        )
     nodes = {}
     for name, data in items:
-        if not isinstance(name, str) or not isinstance(data, Mapping):
-            raise GraphStructureError(f"{where}: node entry {data!r} has no name or is not a dict")
+        if not isinstance(data, Mapping):
+            raise GraphStructureError(
+                f"{where}: node {name!r} is {_shown(data)} ({_kind(data)}), not a dict with "
+                "'type' and 'implementation'"
+            )
+        if not isinstance(name, str):
+            raise GraphStructureError(
+                f"{where}: node entry {_shown(data)} has the name {_shown(name)}; node names are strings"
+            )
+        if name in nodes:
+            raise GraphStructureError(f"{where}: two nodes are named {name!r}; rename one")
+        what = f"{where}: node {name!r}"
+        _string_keys(data, what, GraphStructureError)
         record = dict(data)
-        if record.pop("name", name) != name:
-            raise GraphStructureError(f"{where}: node {name!r} says its name is {data['name']!r}")
-        if "type" not in record and isinstance(record.get("attributes"), Mapping):
-            record = {**record.pop("attributes"), **record}  # 0.68 nodes hold their attributes
+        given = record.pop("name", name)
+        if not (isinstance(given, str) and given == name):
+            raise GraphStructureError(f"{what} says its name is {_shown(given)}")
+        if "type" not in record and "attributes" in record:  # 0.68 nodes hold their attributes
+            block = record.pop("attributes")
+            if not isinstance(block, Mapping):
+                raise GraphStructureError(f"{what}: 'attributes' is {_shown(block)}, not a dict")
+            _string_keys(block, f"{what}: 'attributes'", GraphStructureError)
+            record = {**block, **record}
         if not isinstance(record.get("type"), str):
-            raise GraphStructureError(f"{where}: node {name!r} has no type")
+            raise GraphStructureError(
+                f"{what} has type {_shown(record.get('type'))}; give it a type string ('input', 'output' "
+                "or its implementation's type)"
+            )
+        if "implementation" in record and not isinstance(record["implementation"], str):
+            raise GraphStructureError(
+                f"{what} names implementation {_shown(record['implementation'])} (a "
+                f"{type(record['implementation']).__name__}); give the implementation's name"
+            )
+        for key, field in record.items():
+            _check_nesting(field, f"{what}, field {key!r}")
+        _metadata_dict(record.get("nir_metadata"), f"{what}: 'nir_metadata'")
         nodes[name] = record
     return nodes
 
 
-def _edge(data: Mapping[str, Any], where: str) -> tuple[str, str, dict[str, Any]]:
+_EDGE_FORMS = "give edges as {src: {dst: {}}} or a list of {'src': ..., 'dst': ...} dicts"
+
+
+def _edge(data: Any, where: str) -> tuple[str, str, dict[str, Any]]:
+    if not isinstance(data, Mapping):
+        raise GraphStructureError(
+            f"{where}: edge {_shown(data)} is {_kind(data)}, not a dict with 'src' and 'dst' "
+            f"(or 'sink'); {_EDGE_FORMS}"
+        )
     rest = dict(data)
     src = rest.pop("src", None)
     dst = rest.pop("dst", None)
     sink = rest.pop("sink", None)
     dst = dst if dst is not None else sink
     if not isinstance(src, str) or not isinstance(dst, str):
-        raise GraphStructureError(f"{where}: edge {dict(data)!r} needs 'src' and 'dst' (or 'sink')")
+        raise GraphStructureError(f"{where}: edge {_shown(dict(data))} needs 'src' and 'dst' (or 'sink')")
+    _string_keys(rest, f"{where}: edge {src!r} -> {dst!r}", GraphStructureError)
+    for key, field in rest.items():
+        _check_nesting(field, f"{where}: edge {src!r} -> {dst!r}, field {key!r}")
     return src, dst, rest
 
 
 def _edges(value: Any, where: str) -> list[tuple[str, str, dict[str, Any]]]:
-    if not value:
+    if value is None:
         return []
-    if not isinstance(value, Mapping):  # 0.62: a list of {"src", "sink"}
+    if isinstance(value, (list, tuple)):  # 0.62: a list of {"src", "sink"}
         return [_edge(e, where) for e in value]
+    if not isinstance(value, Mapping):
+        raise GraphStructureError(f"{where}: 'edges' is {_shown(value)} ({_kind(value)}); {_EDGE_FORMS}")
     edges = []
     for key, data in value.items():
         if isinstance(key, tuple):  # the documentation's {(src, dst): {"src", "dst"|"sink"}}
+            if len(key) != 2 or not isinstance(data, Mapping):
+                raise GraphStructureError(
+                    f"{where}: edge key {_shown(key)} with {_shown(data)} is not a (src, dst) key with a "
+                    f"dict; {_EDGE_FORMS}"
+                )
             src, dst, rest = _edge({"src": key[0], "dst": key[1], **dict(data)}, where)
             if (src, dst) != tuple(key):
                 raise GraphStructureError(f"{where}: edge key {key!r} disagrees with its data {dict(data)!r}")
             edges.append((src, dst, rest))
         elif isinstance(data, Mapping) and isinstance(data.get("src"), str):  # {"a,b": {"src", "dst"}}
             edges.append(_edge(data, where))
-        elif isinstance(data, Mapping):  # 0.63-0.68: {src: {dst: {...}}}
+        elif isinstance(data, Mapping) and isinstance(key, str):  # 0.63-0.68: {src: {dst: {...}}}
             for dst, attrs in data.items():
+                if not isinstance(dst, str):
+                    raise GraphStructureError(
+                        f"{where}: edge {key!r} -> {_shown(dst)} names {_kind(dst)}; node names are strings"
+                    )
                 if not isinstance(attrs, Mapping):
                     raise GraphStructureError(
-                        f"{where}: edge {key!r} -> {dst!r} carries {attrs!r}, not a dict"
+                        f"{where}: edge {key!r} -> {dst!r} carries {_shown(attrs)}, not a dict"
                     )
-                edges.append((str(key), str(dst), dict(attrs)))
+                _string_keys(attrs, f"{where}: edge {key!r} -> {dst!r}", GraphStructureError)
+                for name, field in attrs.items():
+                    _check_nesting(field, f"{where}: edge {key!r} -> {dst!r}, field {name!r}")
+                edges.append((key, dst, dict(attrs)))
         else:
-            raise GraphStructureError(f"{where}: cannot read edge entry {key!r}: {data!r}")
+            raise GraphStructureError(
+                f"{where}: cannot read edge entry {_shown(key)}: {_shown(data)}; {_EDGE_FORMS}"
+            )
     return edges
 
 
@@ -425,20 +524,32 @@ def _normalize(ir: Any) -> tuple[dict[str, _Impl], str]:
     impls: dict[str, _Impl] = {}
     for name, record in _entries(ir):
         where = f"implementation {name!r}"
-        if record.get("name", name) != name:
-            raise GraphStructureError(f"{where} says its name is {record['name']!r}")
+        given = record.get("name", name)
+        if not (isinstance(given, str) and given == name):
+            raise GraphStructureError(f"{where} says its name is {_shown(given)}")
         block = record.get("attributes")
         attributes = {
             k: v for k, v in record.items() if k not in ("name", "type", "nodes", "edges", "attributes")
         }
         kind = record.get("type")
-        if isinstance(block, Mapping):  # 0.68: type and hyperparameters in an attributes block
+        if block is not None:  # 0.68: type and hyperparameters in an attributes block
+            if not isinstance(block, Mapping):
+                raise GraphStructureError(
+                    f"{where}: 'attributes' is {_shown(block)} ({_kind(block)}), not a dict of "
+                    "its type and hyperparameters"
+                )
+            _string_keys(block, f"{where}: 'attributes'", GraphStructureError)
             kind = block.get("type", kind)
             attributes.update({k: v for k, v in block.items() if k != "type"})
         if not isinstance(kind, str):
-            raise GraphStructureError(f"{where} has no type")
+            raise GraphStructureError(
+                f"{where} has type {_shown(kind)}; give it a type string such as 'linear'"
+            )
         if name in impls:
             raise GraphStructureError(f"two implementations are named {name!r}")
+        for key, field in attributes.items():
+            _check_nesting(field, f"{where}, field {key!r}")
+        _check_side_channel(attributes, where)
         impls[name] = _Impl(
             name, kind, attributes, _nodes(record.get("nodes"), where), _edges(record.get("edges"), where)
         )
@@ -507,31 +618,26 @@ def _literal(value: Any, what: str) -> str | None:
     return text
 
 
-def _from_literal(text: Any, what: str) -> Any:
-    if isinstance(text, np.ndarray) and text.dtype.kind in "US" and text.size == 1:
-        text = text.reshape(-1)[0]
-    if isinstance(text, bytes):
-        text = text.decode()
-    try:
-        return ast.literal_eval(str(text))
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as error:
-        raise NirBridgeError(f"{what}: metadata {text!r} is not a Python literal ({error})") from None
-
-
 # ----------------------------------------------------------------------------- IR → NIR (raw)
 
 
-def _array(key: str, value: Any) -> np.ndarray:
+def _nbytes(value: Any) -> int:
     if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-        try:
-            return value.numpy().copy()
-        except TypeError:
-            raise ParameterError(
-                f"state_dict entry {key!r} has dtype {value.dtype}, which numpy cannot hold; "
-                "convert it (for example .float()) first"
-            ) from None
-    return np.array(value, copy=True)
+        return value.nelement() * value.element_size()
+    return value.nbytes if isinstance(value, np.ndarray) else 0
+
+
+_NODE_BYTES = 4096  # a NIR node's objects besides its arrays, roughly
+
+
+def _prefixed(error: NirBridgeError, where: str) -> NirBridgeError:
+    """``error`` with ``where`` before its message, as the same class where that class
+    takes a message alone (else ``error`` as it is: its message names what it is about)."""
+    try:
+        again = type(error)(f"{where}: {str(error).removeprefix(': ')}")
+    except TypeError:
+        return error
+    return again
 
 
 class _IrToNir:
@@ -544,8 +650,9 @@ class _IrToNir:
     ) -> None:
         self.impls, self.root, self.type_map = impls, root, type_map
         self.parameters: dict[str, dict[str, Any]] = {}
+        _check_state_dict(state_dict)
         for key, value in (state_dict or {}).items():
-            owner, _, field = str(key).rpartition(".")
+            owner, _, field = key.rpartition(".")
             if owner in impls and field:
                 self.parameters.setdefault(owner, {})[field] = value
         self.used: dict[str, set[str]] = {}
@@ -553,36 +660,74 @@ class _IrToNir:
         self.declared: list[tuple[str, nir.Output, np.ndarray]] = []  # output shapes the IR gives
 
     def check_types(self) -> None:
+        """Check, before anything is built, every implementation the root reaches: each
+        type has a converter, no graph implementation holds itself, graphs nest at most
+        :data:`MAX_NESTING` deep and the NIR graph (which copies an implementation for
+        every node that uses it) fits in memory. Iterative, each implementation once."""
         offenders: dict[str, list[str]] = {}
-        seen: set[str] = set()
-
-        def visit(impl: _Impl, path: str) -> None:
-            if impl.name in seen:
-                raise GraphStructureError(f"implementation {impl.name!r} contains itself")
-            seen.add(impl.name)
-            for name, record in impl.nodes.items():
-                label = f"{path}.{name}" if path else name
-                kind = record["type"]
-                if kind in _IO:
+        height: dict[str, int] = {}  # graphs nested inside a graph implementation (0: none)
+        cost: dict[str, int] = {}  # bytes one use of an implementation builds, roughly
+        count: dict[str, int] = {}  # NIR nodes one use of an implementation builds
+        root = self.impls[self.root]
+        stack: list[tuple[_Impl, str, Iterator[tuple[str, dict[str, Any]]]]] = [
+            (root, "", iter(root.nodes.items()))
+        ]
+        while stack:
+            impl, path, todo = stack[-1]
+            for name, record in todo:
+                if record["type"] in _IO:
                     continue
+                label = f"{path}.{name}" if path else name
                 target = self.implementation(record, label)
                 sub = self.impls[target]
-                if sub.type in _GRAPH_TYPES and sub.name != self.root:
-                    visit(sub, label)
-                elif sub.type not in self.type_map and _nir_class(sub.type) is None:
-                    offenders.setdefault(sub.type, []).append(f"{label!r} (implementation {target!r})")
-            seen.discard(impl.name)
-
-        visit(self.impls[self.root], "")
+                if sub.type not in _GRAPH_TYPES:
+                    if target not in cost:
+                        given = self.parameters.get(target, {}).values()
+                        cost[target] = _NODE_BYTES + sum(_nbytes(v) for v in given)
+                        count[target] = 1
+                    if sub.type not in self.type_map and _nir_class(sub.type) is None:
+                        offenders.setdefault(sub.type, []).append(f"{label!r} (implementation {target!r})")
+                    continue
+                chain = [entry[0].name for entry in stack]
+                if target in chain:
+                    loop = " -> ".join(repr(n) for n in [*chain[chain.index(target) :], target])
+                    raise GraphStructureError(
+                        f"implementation {target!r} contains itself ({loop}, at node {label!r}); a graph "
+                        "cannot hold itself. Point the node at another implementation"
+                    )
+                if len(stack) + height.get(target, 0) > MAX_NESTING:
+                    shown = label if len(label) <= 200 else label[:200] + "..."
+                    raise GraphStructureError(
+                        f"graph implementations nest more than {MAX_NESTING} deep (at node {shown!r}, "
+                        f"implementation {target!r}); nirbridge reads, writes and runs graphs nested up to "
+                        f"{MAX_NESTING} deep. Flatten the inner graphs into their parents"
+                    )
+                if target not in height:
+                    stack.append((sub, label, iter(sub.nodes.items())))
+                    break
+            else:
+                stack.pop()
+                used = [r["implementation"] for r in impl.nodes.values() if r["type"] not in _IO]
+                graphs = [t for t in used if self.impls[t].type in _GRAPH_TYPES]
+                height[impl.name] = max((height[t] + 1 for t in graphs), default=0)
+                own = 1 + len(impl.nodes) - len(used)  # the graph and its Input and Output nodes
+                cost[impl.name] = own * _NODE_BYTES + sum(cost[t] for t in used)
+                count[impl.name] = own + sum(count[t] for t in used)
         if offenders:
             raise UnsupportedImplementationError(offenders, sorted(self.type_map))
+        check_memory(
+            cost[self.root],
+            f"the NIR graph of this IR ({count[self.root]} nodes: a node for every use of every "
+            "implementation, through every graph implementation that uses it)",
+            "use each graph implementation in fewer places, or flatten the inner graphs",
+        )
 
     def implementation(self, record: Mapping[str, Any], label: str) -> str:
         target = record.get("implementation")
         if not isinstance(target, str) or target not in self.impls:
             raise GraphStructureError(
-                f"IR node {label!r} ({record['type']}) names implementation {target!r}, which is not in "
-                "the IR; add it or correct the node"
+                f"IR node {label!r} ({record['type']}) names implementation {_shown(target)}, which is not "
+                "in the IR; add it or correct the node"
             )
         return target
 
@@ -605,27 +750,42 @@ class _IrToNir:
                     else np.array(_shape_value(shape, f"the shape of IR node {label!r}"), dtype=np.int64)
                 )
                 node = nir.Input(input_type={"input": value}) if kind == "input" else nir.Output(None)
-                node.metadata = dict(record.get("nir_metadata") or {})
+                node.metadata = _metadata_dict(record.get("nir_metadata"), f"IR node {label!r}")
                 if kind == "output" and value is not None:  # a declared shape wins over the inferred
                     self.declared.append((label, node, value))
             else:
                 sub = self.impls[self.implementation(record, label)]
                 node = self.graph(sub, label) if sub.type in _GRAPH_TYPES else self.node(sub, label)
-                node.metadata = dict(sub.attributes.get("nir_metadata") or {})
+                node.metadata = _metadata_dict(
+                    sub.attributes.get("nir_metadata"), f"implementation {sub.name!r}"
+                )
                 if sub.attributes.get("nir_fields"):
-                    self.fields.append((node, dict(sub.attributes["nir_fields"])))
+                    where = f"implementation {sub.name!r} (node {label!r})"
+                    self.fields.append((node, _nir_fields(node, sub.attributes["nir_fields"], where)))
             nodes[nir_name(name)] = node
+        where = f"implementation {impl.name!r}"
+        for src, dst, _ in impl.edges:
+            for end in (src, dst):
+                if end not in impl.nodes:
+                    raise MissingNodeError((src, dst), end, file=where)
+        ir_edges = [(nir_name(src), nir_name(dst)) for src, dst, _ in impl.edges]
         edges = impl.attributes.get("nir_edges")  # NIR's names and order
         if edges is None:
-            edges = [(nir_name(src), nir_name(dst)) for src, dst, _ in impl.edges]
-        for src, dst in edges:
-            for end in (src, dst):
-                if end not in nodes and end.split(".")[0] not in nodes:
-                    raise GraphStructureError(
-                        f"edge {src!r} -> {dst!r} in implementation {impl.name!r} names node {end!r}, "
-                        "which is not among its nodes"
-                    )
-        return nir.NIRGraph(nodes=nodes, edges=[(str(a), str(b)) for a, b in edges], type_check=False)
+            edges = ir_edges
+        else:
+            edges = [(src, dst) for src, dst in edges]
+            for src, dst in edges:
+                for end in (src, dst):
+                    if end not in nodes:
+                        raise MissingNodeError((src, dst), end, file=f"{where}, 'nir_edges'")
+            only_nir, only_ir = set(edges) - set(ir_edges), set(ir_edges) - set(edges)
+            if only_nir or only_ir:
+                raise GraphStructureError(
+                    f"{where}: 'nir_edges' (the order NIR gave its edges) does not list the same edges as "
+                    f"'edges': {sorted(only_nir)} only in 'nir_edges', {sorted(only_ir)} only in 'edges'. "
+                    "Remove 'nir_edges' (the edges then keep the order of 'edges') or correct it"
+                )
+        return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
 
     def node(self, impl: _Impl, label: str) -> nir.NIRNode:
         given = self.parameters.get(impl.name, {})
@@ -647,7 +807,7 @@ class _IrToNir:
                     "to_nir(ir, model.state_dict())"
                 ) from None
             except NirBridgeError as error:
-                raise type(error)(f"{where}: {error}") from None
+                raise _prefixed(error, where) from None
             except Exception as error:  # a converter from the user's type_map
                 raise NodeConversionError(label, impl.type, error) from error
         for warning in caught:
@@ -655,7 +815,9 @@ class _IrToNir:
                 f"{where}: {warning.message}", warning.category, warning.filename, warning.lineno
             )
         if not isinstance(node, nir.NIRNode):
-            raise NirBridgeError(f"{where}: its converter returned {type(node).__name__}, not a NIR node")
+            raise NodeConversionError(
+                label, impl.type, TypeError(f"its converter returned {type(node).__name__}, not a NIR node")
+            )
         used = self.used.setdefault(impl.name, set())
         used.update(parameters.read & set(given))
         return node
@@ -716,18 +878,6 @@ def _input_shapes(
     return shapes
 
 
-def _shape_value(value: Any, what: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(s) for s in np.asarray(value).reshape(-1)) if np.ndim(value) == 1 else None
-    except (TypeError, ValueError):
-        shape = None
-    if shape is None or any(s < 1 for s in shape):
-        raise ParameterError(
-            f"{what} must be a tuple of positive ints without the batch axis, such as (2, 10); got {value!r}"
-        )
-    return shape
-
-
 def _set_shapes(graph: nir.NIRGraph, shapes: graph_utils.Shapes, path: str) -> None:
     for name, node in graph.nodes.items():
         label = f"{path}.{name}" if path else name
@@ -768,7 +918,7 @@ def _ir_to_graph(
     build.check_types()
     root_impl = impls[root]
     graph = build.graph(root_impl, "")
-    graph.metadata = dict(root_impl.attributes.get("nir_metadata") or {})
+    graph.metadata = _metadata_dict(root_impl.attributes.get("nir_metadata"), f"implementation {root!r}")
     the_plan = graph_utils.plan(graph)
     inputs = _input_shapes(graph, the_plan, input_shape, root_impl.nodes)
     # misfits with one reading (old spyx files) warn with RepairWarning and stay as stored,
@@ -810,11 +960,10 @@ class _NirToIr:
         self.owner: dict[str, str] = {}  # implementation → the NIR node path that made it
 
     def run(self, graph: nir.NIRGraph) -> tuple[IR, StateDict]:
-        metadata = dict(graph.metadata or {})
-        extra = {k: metadata.pop(k) for k in list(metadata) if k.startswith(_META)}
+        metadata, extra = _metadata_of(graph, "the graph")
         root: dict[str, Any] = {}
         if "elasticai.implementation" in extra:
-            root = _from_literal(extra["elasticai.implementation"], "the graph's elasticai.implementation")
+            root = _stored(extra, "elasticai.implementation", "the graph")
         root = {k: v for k, v in root.items() if k not in ("nodes", "edges")}
         name = root.pop("name", "")
         root.pop("type", None)
@@ -844,46 +993,78 @@ class _NirToIr:
         for src, dst in graph.edges:
             edges.setdefault(str(src), {})[str(dst)] = {}
         if "elasticai.edges" in extra:
-            edges = _from_literal(extra["elasticai.edges"], f"{prefix or 'the graph'}: elasticai.edges")
+            edges = _stored(extra, "elasticai.edges", f"graph {prefix!r}" if prefix else "the graph")
         record["edges"] = edges
 
+    def convert(self, node: nir.NIRNode, path: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        convert = self.type_map.get(type(node))
+        try:
+            converted = convert(node) if convert is not None else None
+            if converted is None:
+                return _generic_from_nir(node)
+            if not (
+                isinstance(converted, tuple)
+                and len(converted) == 3
+                and isinstance(converted[0], str)
+                and isinstance(converted[1], Mapping)
+                and isinstance(converted[2], Mapping)
+            ):
+                raise TypeError(
+                    f"the converter returned {_shown(converted)}, not (type, attributes, parameters) or None"
+                )
+        except NirBridgeError as error:
+            raise _prefixed(error, f"node {path!r} ({type(node).__name__})") from None
+        except Exception as error:  # a converter from the user's type_map, or a field it cannot read
+            raise NodeConversionError(path, type(node).__name__, error) from error
+        kind, attributes, parameters = converted
+        return kind, dict(attributes), dict(parameters)
+
     def node(self, name: str, node: nir.NIRNode, path: str) -> dict[str, Any]:
-        metadata = dict(node.metadata or {})
-        extra = {k: metadata.pop(k) for k in list(metadata) if k.startswith(_META)}
+        metadata, extra = _metadata_of(node, f"node {path!r}")
         if isinstance(node, (nir.Input, nir.Output)):
             kind = "input" if isinstance(node, nir.Input) else "output"
             node_record: dict[str, Any] = {"type": kind, "implementation": kind}
-            shape = (node.input_type if kind == "input" else node.output_type).get(kind)
-            if shape is not None and np.asarray(shape).dtype != object:
-                node_record["shape"] = tuple(int(s) for s in np.asarray(shape).reshape(-1))
+            types = node.input_type if kind == "input" else node.output_type
+            shape = types.get(kind) if isinstance(types, Mapping) else None
+            try:
+                unknown = shape is None or np.asarray(shape).dtype == object  # nir's "not known"
+            except (TypeError, ValueError):  # ragged: integers() names it
+                unknown = False
+            if not unknown:
+                owner = f"node {path!r} ({type(node).__name__})"
+                node_record["shape"] = graph_utils.integers(shape, "shape", owner)
             if metadata:
                 node_record["nir_metadata"] = metadata
             if "elasticai.node" in extra:
-                node_record = _from_literal(extra["elasticai.node"], f"node {path!r}: elasticai.node")
+                node_record = _stored(extra, "elasticai.node", f"node {path!r}")
             return node_record
         if isinstance(node, nir.NIRGraph):
             kind, attributes, parameters = "NIRGraph", {}, {}
         else:
-            converted = None
-            convert = self.type_map.get(type(node))
-            if convert is not None:
-                converted = convert(node)
-            kind, attributes, parameters = converted if converted is not None else _generic_from_nir(node)
+            kind, attributes, parameters = self.convert(node, path)
         node_record = {"type": kind, "implementation": path}
         if "elasticai.node" in extra:
-            node_record = _from_literal(extra["elasticai.node"], f"node {path!r}: elasticai.node")
+            node_record = _stored(extra, "elasticai.node", f"node {path!r}")
+            if not isinstance(node_record.get("implementation"), str):
+                raise ParameterError(
+                    f"node {path!r}: metadata 'elasticai.node' holds {_shown(node_record)}, which names no "
+                    f"implementation for this {type(node).__name__}; remove the entry or write the file "
+                    "again with nirbridge.adapters.elasticai.write"
+                )
         target = node_record.get("implementation", path)
         if "elasticai.implementation" in extra:
-            stored = _from_literal(
-                extra["elasticai.implementation"], f"node {path!r}: elasticai.implementation"
-            )
+            stored = _stored(extra, "elasticai.implementation", f"node {path!r}")
             kind = stored.pop("type", kind)
             attributes = {k: v for k, v in stored.items() if k not in ("name", "nodes", "edges")}
         if metadata:
             attributes["nir_metadata"] = metadata
         if "elasticai.parameters" in extra:
-            keep = _from_literal(extra["elasticai.parameters"], f"node {path!r}: elasticai.parameters")
+            keep = _stored(extra, "elasticai.parameters", f"node {path!r}")
             parameters = {k: v for k, v in parameters.items() if k in keep}
+        parameters = {
+            k: _parameter(v, f"node {path!r} ({type(node).__name__}), field {k!r}")
+            for k, v in parameters.items()
+        }
         if target in self.impls:
             if "elasticai.node" in extra:  # IR nodes that share one implementation
                 self.shared(target, path, parameters)
@@ -898,10 +1079,11 @@ class _NirToIr:
         else:
             self.impls[target] = {**attributes, "nodes": {}, "edges": {}, "name": target, "type": kind}
         for field, value in parameters.items():
-            self.state[f"{target}.{field}"] = _tensor(np.asarray(value))
+            self.state[f"{target}.{field}"] = _tensor(value)
         return node_record
 
     def shared(self, target: str, path: str, parameters: Mapping[str, Any]) -> None:
+        first = self.owner.get(target, target)
         differ = [
             field
             for field, value in parameters.items()
@@ -911,8 +1093,8 @@ class _NirToIr:
         ]
         if differ:
             warnings.warn(
-                f"nodes {self.owner[target]!r} and {path!r} share implementation {target!r} but hold "
-                f"different {differ}; the IR keeps those of {self.owner[target]!r}",
+                f"nodes {first!r} and {path!r} share implementation {target!r} but hold "
+                f"different {differ}; the IR keeps those of {first!r}",
                 LossyConversionWarning,
                 stacklevel=4,
             )
@@ -1101,7 +1283,12 @@ def to_nir(
     Raises :class:`~nirbridge.UnsupportedImplementationError` listing every node whose
     type NIR cannot express, :class:`~nirbridge.ParameterError` naming the implementation
     whose weight is missing or does not fit, and :class:`~nirbridge.MissingShapeError`
-    when no shape is known.
+    when no shape is known. A malformed IR (a field of the wrong type, a name that is not
+    a string, an edge to a node that does not exist, graph implementations nested more
+    than :data:`nirbridge.limits.MAX_NESTING` deep or holding themselves) is a
+    :class:`~nirbridge.GraphStructureError` (:class:`~nirbridge.MissingNodeError` for
+    the edge) or :class:`~nirbridge.ParameterError` naming the implementation, node,
+    edge or field.
     """
     impls, root = _normalize(ir)
     the_map = {**TO_NIR, **(type_map or {})}
@@ -1134,15 +1321,37 @@ def from_nir(
     ``"<implementation>.<field>"``, ready for elasticai's ``Ir2Torch``. ``type_map``:
     ``{nir type: fn(node) -> (type, attributes, parameters) | None}`` entries that win
     over :data:`FROM_NIR`. See the module docs for the table and what is stored where.
+    What :func:`to_nir` stored in metadata is checked to have the type it is written
+    with; anything else is a :class:`~nirbridge.ParameterError` naming the file, the
+    node and the metadata key.
     """
+    source = ""
     if not isinstance(graph, nir.NIRNode):
+        source = str(os.fspath(graph)) if isinstance(graph, (str, os.PathLike)) else ""
         graph = io.read(graph)
-    if not isinstance(graph, nir.NIRGraph):
+    try:
+        return _from_nir(graph, type_map)
+    except NirBridgeError as error:
+        raise (_prefixed(error, source) if source else error) from None
+
+
+def _from_nir(graph: nir.NIRNode, type_map: Mapping[type, FromNir] | None) -> tuple[IR, StateDict]:
+    if isinstance(graph, nir.NIRGraph):
+        graph_utils.check_edges(graph)  # and how deep graphs nest
+    else:
+        types = (getattr(graph, "input_type", None), getattr(graph, "output_type", None))
+        if not (isinstance(types[0], Mapping) and "input" in types[0]) or not (
+            isinstance(types[1], Mapping) and "output" in types[1]
+        ):
+            raise ParameterError(
+                f"the {type(graph).__name__} node given has no input_type {{'input': shape}} and "
+                "output_type {'output': shape}; give a nir.NIRGraph with Input and Output nodes"
+            )
         graph = nir.NIRGraph(
             nodes={
-                "input": nir.Input(graph.input_type["input"]),
+                "input": nir.Input(types[0]["input"]),
                 "node": graph,
-                "output": nir.Output(graph.output_type["output"]),
+                "output": nir.Output(types[1]["output"]),
             },
             edges=[("input", "node"), ("node", "output")],
             type_check=False,
@@ -1156,7 +1365,9 @@ def from_nir(
         inputs = {
             name: node.input_type["input"]
             for name, node in graph.nodes.items()
-            if isinstance(node, nir.Input) and node.input_type.get("input") is not None
+            if isinstance(node, nir.Input)
+            and isinstance(node.input_type, Mapping)
+            and node.input_type.get("input") is not None
         }
         try:
             rebuilt, _ = _ir_to_graph(impls, root, state, inputs or None, TO_NIR)
@@ -1191,4 +1402,4 @@ def read(
     An IR written without shapes (``input_shape=`` given to :func:`write`) comes back
     without them, as it was; give ``input_shape`` again to convert it.
     """
-    return from_nir(io.read(path), type_map=type_map)
+    return from_nir(path, type_map=type_map)

@@ -648,6 +648,11 @@ def convert(source: str, target: str, compression: str, input_shape: str | None)
     show_default=True,
     help="exact: full float32, as stepping; fast: TF32 on GPUs that have it.",
 )
+@click.option(
+    "--allow-negative-tau",
+    is_flag=True,
+    help="Load time constants below 0 as they are (trained files sometimes hold them).",
+)
 @_one_line_errors("run")
 def run_command(
     file: str,
@@ -663,6 +668,7 @@ def run_command(
     backend: str,
     compiled: bool,
     precision: str,
+    allow_negative_tau: bool,
 ) -> None:
     """Run FILE on input spikes and print what each node did.
 
@@ -701,7 +707,7 @@ def run_command(
     else:
         inputs = _random_spikes(shapes, 100 if steps is None else steps, batch, rate, seed)
         source = f"random spikes, rate {rate:g}, seed {seed}"
-    module = interpret.nir_to_torch(graph, dt=dt)
+    module = interpret.nir_to_torch(graph, dt=dt, allow_negative_tau=allow_negative_tau)
     first = next(iter(inputs.values()))
     start = time.perf_counter()
     with torch.no_grad():
@@ -785,6 +791,11 @@ def _run_table(result: Any) -> str:
 @click.option("--dt", type=float, default=None, help="Time step in seconds (default: the file's, else 1e-4).")
 @click.option("--atol", type=float, default=1e-6, show_default=True, help="Absolute tolerance for values.")
 @click.option("--rtol", type=float, default=1e-5, show_default=True, help="Relative tolerance for values.")
+@click.option(
+    "--allow-negative-tau",
+    is_flag=True,
+    help="Load time constants below 0 as they are (trained files sometimes hold them).",
+)
 @_one_line_errors("verify")
 def verify_command(
     file: str,
@@ -796,6 +807,7 @@ def verify_command(
     dt: float | None,
     atol: float,
     rtol: float,
+    allow_negative_tau: bool,
 ) -> None:
     """Check FILE runs the same in nirbridge and elsewhere.
 
@@ -821,7 +833,9 @@ def verify_command(
             raise ParameterError(
                 f"--against {candidate!r}: give {', '.join(BACKENDS)} or the path of a .nir file"
             )
-        report = verify(graph, other, inputs, atol=atol, rtol=rtol, dt=dt)
+        report = verify(
+            graph, other, inputs, atol=atol, rtol=rtol, dt=dt, allow_negative_tau=allow_negative_tau
+        )
         compared = len(report.comparisons)
         if report.ok:
             click.echo(

@@ -147,7 +147,8 @@ def _check_field(
                 f"{owner}: {field} is negative at {_where(negative, array.shape)} (down to "
                 f"{float(array.min()):.4g} s); such a membrane grows away from its leak instead of "
                 "decaying to it. If the file means it (trained networks sometimes learn these), pass "
-                "nir_to_torch(..., allow_negative_tau=True) to load it as it is"
+                "nir_to_torch(..., allow_negative_tau=True) (--allow-negative-tau on the command line) "
+                "to load it as it is"
             )
     if isinstance(node, nir.Delay):
         negative = array < 0

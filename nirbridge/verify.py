@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import nir
 import torch
 
 from .engine.schedule import is_built, level_of
@@ -148,6 +150,7 @@ def verify(
     record: str | Iterable[str] = "all",
     state: tuple[Any, Any] | None = None,
     dt: float | None = None,
+    allow_negative_tau: bool = False,
 ) -> Report:
     """Run ``reference`` and ``candidate`` on the same inputs and compare them.
 
@@ -167,6 +170,8 @@ def verify(
             the outputs only).
         state: ``(reference_state, candidate_state)`` to start from; fresh by default.
         dt: time step for graphs and paths.
+        allow_negative_tau: build graphs and paths whose time constants are below 0 as
+            they are (see :func:`nirbridge.nir_to_torch`).
 
     Returns:
         A :class:`Report`; ``report.ok`` says whether the two agree, ``print(report)``
@@ -174,9 +179,9 @@ def verify(
     """
     states = state if state is not None else (None, None)
     if isinstance(candidate, str) and candidate in BACKENDS:  # a file called so: pass a Path
-        candidate = _build_with(candidate, reference, dt)
-    reference, _ = _module(reference, dt)
-    candidate, _ = _module(candidate, dt)
+        candidate = _build_with(candidate, reference, dt, allow_negative_tau)
+    reference, _ = _module(_built(reference, dt, allow_negative_tau), dt)
+    candidate, _ = _module(_built(candidate, dt, allow_negative_tau), dt)
     dt = None  # built now, each at its own time step
     with torch.no_grad():
         ref = run(reference, inputs, record=record, state=states[0], dt=dt, progress=False)
@@ -207,7 +212,16 @@ BACKENDS = ("nirbridge", "norse", "snntorch")
 """Simulator names :func:`verify` accepts as its candidate."""
 
 
-def _build_with(backend: str, reference: Any, dt: float | None) -> torch.nn.Module:
+def _built(graph: Any, dt: float | None, allow_negative_tau: bool) -> Any:
+    """A graph or path built with nirbridge's neurons; anything else as it is."""
+    if isinstance(graph, (str, os.PathLike, nir.NIRGraph)):
+        from .interpret import nir_to_torch
+
+        return nir_to_torch(graph, dt=dt, allow_negative_tau=allow_negative_tau)
+    return graph
+
+
+def _build_with(backend: str, reference: Any, dt: float | None, allow_negative_tau: bool) -> torch.nn.Module:
     """The reference graph or file imported with ``backend``'s neuron modules."""
     if isinstance(reference, torch.nn.Module):
         raise VerifyError(
@@ -217,11 +231,11 @@ def _build_with(backend: str, reference: Any, dt: float | None) -> torch.nn.Modu
     if backend == "nirbridge":
         from .interpret import nir_to_torch
 
-        return nir_to_torch(reference, dt=dt)
+        return nir_to_torch(reference, dt=dt, allow_negative_tau=allow_negative_tau)
     from importlib import import_module
 
     adapter = import_module(f".adapters.{backend}", __package__)
-    return adapter.from_nir(reference, dt=dt)
+    return adapter.from_nir(reference, dt=dt, allow_negative_tau=allow_negative_tau)
 
 
 class VerifyError(NirBridgeError):

@@ -599,3 +599,14 @@ def test_run_refuses_seeds_sizes_and_inputs_it_cannot_use(tmp_path, monkeypatch)
         _one_line_failure(
             runner.invoke(main, [command, str(tmp_path / "nan.nir")]), "'fc' (Affine): weight is NaN"
         )
+
+
+def test_negative_time_constants_are_loaded_only_when_asked_for():
+    path = str(EXAMPLES / "spyx_at_00e6ba49__research__paper__spyx_shd.nir")
+    runner = CliRunner()
+    for command in ("run", "verify"):
+        _one_line_failure(runner.invoke(main, [command, path, "--steps", "5"]), "--allow-negative-tau")
+    ran = runner.invoke(main, ["run", path, "--steps", "5", "--dt", "1e-4", "--allow-negative-tau"])
+    assert ran.exit_code == 0, ran.output
+    checked = runner.invoke(main, ["verify", path, "--steps", "5", "--dt", "1e-4", "--allow-negative-tau"])
+    assert checked.exit_code == 0 and "agree" in checked.output.lower(), checked.output

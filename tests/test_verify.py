@@ -124,3 +124,14 @@ def test_incomparable_shapes_and_missing_records_are_reported(rng):
     other.edges = [("input", "fc"), ("fc", "extra"), ("extra", "output")]
     report = nirbridge.verify(graph(2), other, torch.zeros(5, 2, 3))
     assert report.only_candidate == ["extra"]
+
+
+def test_files_with_negative_time_constants_verify_when_asked_to():
+    path = EXAMPLES / "spyx_at_00e6ba49__research__paper__spyx_shd.nir"
+    x = (torch.rand(10, 2, 128, generator=torch.Generator().manual_seed(0)) < 0.3).float()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.NirBridgeWarning)
+        with pytest.raises(nirbridge.ParameterError, match="allow_negative_tau=True"):
+            nirbridge.verify(path, "snntorch", x, dt=1e-4)
+        report = nirbridge.verify(path, "snntorch", x, dt=1e-4, allow_negative_tau=True)
+    assert report.ok, report

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from .. import trace
+from ..errors import ParameterError
 from ..interpret import nir_to_torch
 from ..neurons.simulator import SimulatorNeuron, broadcast
 
@@ -41,8 +42,18 @@ def build(
     dt: float | None,
     device: torch.device | str | None,
     dtype: torch.dtype | None,
+    allow_negative_tau: bool = False,
 ) -> nn.Module:
     """An adapter's ``from_nir``: :func:`nirbridge.nir_to_torch` with its map, the user's on top."""
+    if node_map is not None and not isinstance(node_map, Mapping):
+        raise ParameterError(
+            f"from_nir(node_map=...) takes a dict {{NIR node class: fn}}, got a {type(node_map).__name__}"
+        )
     return nir_to_torch(
-        graph_or_path, {**from_nir_map, **(node_map or {})}, dt=dt, device=device, dtype=dtype
+        graph_or_path,
+        {**from_nir_map, **(node_map or {})},
+        dt=dt,
+        device=device,
+        dtype=dtype,
+        allow_negative_tau=allow_negative_tau,
     )

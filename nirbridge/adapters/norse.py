@@ -549,10 +549,12 @@ def from_nir(
     node_map: Mapping[type, Callable[..., nn.Module]] | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
+    allow_negative_tau: bool = False,
 ) -> nn.Module:
     """Build a module running a NIR graph with norse cells: ``out, state = m(x, state)``.
 
     ``dt`` defaults to ``graph.metadata["dt"]``, then 1e-4 (as :func:`nirbridge.nir_to_torch`).
-    ``node_map`` entries win over :data:`FROM_NIR`.
+    ``node_map`` entries win over :data:`FROM_NIR`. ``allow_negative_tau`` as in
+    :func:`nirbridge.nir_to_torch`.
     """
-    return build(graph_or_path, FROM_NIR, node_map, dt, device, dtype)
+    return build(graph_or_path, FROM_NIR, node_map, dt, device, dtype, allow_negative_tau)

@@ -187,6 +187,11 @@ def check_structure(graph: nir.NIRGraph, path: str = "") -> None:
 def _check_level(graph: nir.NIRGraph, path: str) -> None:
     nodes = graph.nodes
     for src, dst in graph.edges:
+        if isinstance(nodes[src], nir.Output):
+            raise GraphStructureError(
+                f"edge {src!r} -> {dst!r}{_where(path)} leaves Output node {src!r}; Output nodes end "
+                "the graph. Take the edge from the node that feeds the Output instead"
+            )
         if isinstance(nodes[dst], nir.Input):
             raise GraphStructureError(
                 f"edge {src!r} -> {dst!r}{_where(path)} feeds Input node {dst!r}; Input nodes "
@@ -406,6 +411,17 @@ def _shape(value: Any, owner: str = "", field: str = "shape") -> Shape | None:
             f"{owner}: {field} has {len(sizes)} axes; nirbridge takes at most {MAX_DIMS} (batch excluded)"
         )
     return sizes
+
+
+def _declared(node: Any, key: str, owner: str) -> Any:
+    """The shape an Input (``key="input"``) or Output node declares, None where it declares
+    none; a type that is not a dict is a :class:`ParameterError`."""
+    types = getattr(node, f"{key}_type", None)
+    if types is None:
+        return None
+    if not isinstance(types, Mapping):
+        raise ParameterError(f"{owner}: {key}_type is {types!r}; NIR keeps it as {{{key!r}: shape}}")
+    return types.get(key)
 
 
 def integers(value: Any, what: str, owner: str, minimum: int | None = None) -> tuple[int, ...]:
@@ -737,7 +753,8 @@ def infer_shapes(
         node = nodes[name]
         if isinstance(node, nir.Input):
             given = (input_shapes or {}).get(name)
-            declared = _shape(node.input_type.get("input"), f"Input node {_label(path, name)!r}")
+            owner = f"Input node {_label(path, name)!r}"
+            declared = _shape(_declared(node, "input", owner), owner)
             result.outputs[name] = given if given is not None else declared
             continue
         shape = summed(name, include_delayed=False)
@@ -819,7 +836,7 @@ def _node_out_shape(
 ) -> tuple[Shape | Shapes | None, Any]:
     label = _label(path, name)
     if isinstance(node, nir.Output):
-        declared = _shape(node.output_type.get("output"), f"Output node {label!r}")
+        declared = _shape(_declared(node, "output", f"Output node {label!r}"), f"Output node {label!r}")
         if declared is not None and declared != shape:
             warnings.warn(
                 f"Output node {label!r} declares shape {declared} but receives {shape}; "

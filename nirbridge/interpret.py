@@ -34,6 +34,7 @@ from .errors import (
     AssumedDtWarning,
     DtWarning,
     GraphStructureError,
+    InputError,
     NirBridgeError,
     NodeConversionError,
     ParameterError,
@@ -133,6 +134,8 @@ def nir_to_torch(
             f"nir_to_torch expects a nir.NIRGraph, a NIR node or a path to a .nir file, "
             f"got {type(graph).__name__}"
         )
+    if not isinstance(allow_negative_tau, (bool, np.bool_)):
+        raise ParameterError(f"nir_to_torch(allow_negative_tau={allow_negative_tau!r}): give True or False")
     merged: dict[type, Callable[..., torch.nn.Module]] = dict(
         DEFAULT_MAP if default_map is None else _check_map(default_map, "default_map")
     )
@@ -146,7 +149,9 @@ def nir_to_torch(
         if duplicates:
             warnings.warn(graph_utils.describe_duplicates(duplicates), RepairWarning, stacklevel=2)
     dt = _time_step(graph, dt)
-    graph = validate.check_parameters(graph, dt, allow_negative_tau=bool(allow_negative_tau))
+    graph = validate.check_parameters(
+        graph, dt, allow_negative_tau=bool(allow_negative_tau), largest=float(torch.finfo(target_dtype).max)
+    )
 
     _check_time_constants(graph, dt)
     if isinstance(graph, nir.NIRGraph) and nir.NIRGraph not in merged:
@@ -250,6 +255,12 @@ def _make_trainable(module: torch.nn.Module, trainable: Iterable[str] | bool) ->
         return
     if isinstance(trainable, str):
         trainable = (trainable,)
+    if trainable is not True and (
+        not isinstance(trainable, Iterable) or not all(isinstance(n, str) for n in trainable)
+    ):
+        raise ParameterError(
+            f"trainable={trainable!r}: give True, False or NIR field names such as ('tau', 'v_threshold')"
+        )
     populations = [m for m in module.modules() if isinstance(m, neurons.modules.Neuron)]
     available = sorted({name for m in populations for name in m.params})
     names = set(available) if trainable is True else set(trainable)
@@ -492,6 +503,14 @@ class NIRGraphModule(fx.GraphModule):
     live, so replaced modules are seen)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        names = self.meta.get("nirbridge", {}).get("arguments")
+        if names is not None and (len(args) > len(names) or (kwargs and kwargs.keys() - set(names))):
+            extra = sorted(kwargs.keys() - set(names))
+            raise InputError(
+                f"this module takes the arguments ({', '.join(names)}), got {len(args)} positional "
+                f"argument(s){' and ' + ', '.join(extra) if extra else ''}; call it as "
+                "out, state = gm(*inputs, state)"
+            )
         if _precision.active() is not None or _is_compiling():
             return super().__call__(*args, **kwargs)
         reference = self.__dict__["_buffers"].get(_DTYPE)
@@ -655,6 +674,7 @@ def _build(
         tuple(state_type_name(built[n]) for n in stateful_names),
         tuple(the_plan.delayed_sources),
         tuple(_state_shape(built[n], shapes.outputs.get(n)) for n in stateful_names),
+        tuple(_known(shapes.outputs.get(s)) for s in the_plan.delayed_sources),
     )
     checked = g.create_node(
         "call_function",
@@ -713,8 +733,8 @@ def _build(
             )
         else:
             out = g.create_node("call_module", target, (x,), name=_safe(name))
-        expected = checked_outputs.get(name)
-        if expected is not None:
+        if name in checked_outputs:
+            expected = checked_outputs[name]
             out = g.create_node(
                 "call_function",
                 check_output,
@@ -744,6 +764,8 @@ def _build(
         setattr(gm, child_name, child)
     gm.meta["nirbridge"] = {
         "inputs": list(the_plan.inputs),
+        # the forward's argument names (inputs, then state), for the call's argument check
+        "arguments": tuple(n.target for n in g.nodes if n.op == "placeholder"),
         "outputs": list(the_plan.outputs),
         "module_paths": module_paths,
         # how one step is evaluated, for nirbridge.run's time-batched schedule
@@ -753,6 +775,7 @@ def _build(
         "checked_outputs": checked_outputs,
         # the feature shapes of the nodes' state tensors, for run's state check
         "state_shapes": {n: s for n, s in zip(stateful_names, spec[6]) if s is not None},
+        "delayed_shapes": dict(zip(the_plan.delayed_sources, spec[7])),
         # values per sample of each node's output, for the length of run's chunks
         "widths": {name: _width(shapes.outputs.get(name)) for name in module_paths},
         # what torch_to_nir needs to export the graph again with current parameters
@@ -777,9 +800,9 @@ def _user_outputs(
     built: Mapping[str, torch.nn.Module],
     node_map: Mapping[type, Any],
     shapes: graph_utils.Shapes,
-) -> dict[str, tuple[int, ...]]:
-    """The output shapes to check at call time: of nodes whose module comes from a
-    user's map (not nirbridge's converters), where the graph fixes the shape."""
+) -> dict[str, tuple[int, ...] | None]:
+    """The nodes whose module comes from a user's map (not nirbridge's converters), with
+    the output shape to check at call time (None where the graph does not fix one)."""
     result = {}
     for name, module in built.items():
         node = nodes[name]
@@ -787,9 +810,7 @@ def _user_outputs(
             DEFAULT_MAP, type(node)
         ):
             continue
-        shape = _known(shapes.outputs.get(name))
-        if shape is not None:
-            result[name] = shape
+        result[name] = _known(shapes.outputs.get(name))
     return result
 
 

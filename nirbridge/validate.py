@@ -11,7 +11,9 @@ make the equations of :mod:`nirbridge.neurons.functional` meaningful:
   divides by zero; below 0 it grows away from its leak). Negative time constants do
   occur in trained files (the spyx SHD network has some); ``allow_negative_tau=True``
   loads them as they are;
-- delays finite, not negative, and at most :data:`MAX_DELAY_STEPS` time steps;
+- within the range of the module's dtype (1e39 is finite in float64, not in float32);
+- delays finite, not negative, and at most :data:`MAX_DELAY_STEPS` time steps (a delay
+  that is not a whole number of steps is rounded, with a :class:`LossyConversionWarning`);
 - weights with at least one element.
 
 A field that breaks one of these is a :class:`ParameterError` naming the node, the
@@ -111,12 +113,17 @@ def _numbers(value: Any, owner: str, field: str) -> tuple[np.ndarray, Any]:
     return array.astype(np.float64), value
 
 
+_OPTIONAL = frozenset({"v_reset", "bias"})  # nir defaults a missing reset to 0; a conv may lack a bias
+
+
 def _check_field(
-    node: Any, field: str, owner: str, dt: float, allow_negative_tau: bool
+    node: Any, field: str, owner: str, dt: float, allow_negative_tau: bool, largest: float
 ) -> tuple[np.ndarray, Any] | None:
     value = getattr(node, field, None)
     if value is None:
-        return None
+        if field in _OPTIONAL:
+            return None
+        raise ParameterError(f"{owner}: {field} is missing; give it a value (a number or an array)")
     array, usable = _numbers(value, owner, field)
     if array.ndim > graph_utils.MAX_DIMS:
         raise ParameterError(
@@ -133,6 +140,13 @@ def _check_field(
         raise ParameterError(
             f"{owner}: {field} is {' and '.join(kinds)} at {_where(bad, array.shape)}; the equations "
             "are meaningless there. Fix the value where the file was written"
+        )
+    huge = np.abs(array) > largest
+    if np.any(huge):
+        raise ParameterError(
+            f"{owner}: {field} is {float(array[huge].reshape(-1)[0]):.4g} at {_where(huge, array.shape)}, "
+            f"beyond the largest number the module's dtype holds ({largest:.4g}), so it would compute with "
+            "infinity; build with dtype=torch.float64, or fix the value"
         )
     if field in TIME_CONSTANTS:
         zero = array == 0
@@ -164,12 +178,26 @@ def _check_field(
                 f"more than the {MAX_DELAY_STEPS:.4g} nirbridge keeps; check the delay's unit "
                 "(seconds) and dt"
             )
+        exact = array / dt
+        off = np.abs(exact - np.round(exact)) > 1e-6 * np.maximum(1.0, np.abs(exact))
+        if np.any(off):
+            first = float(array[off].reshape(-1)[0])
+            warnings.warn(
+                f"{owner}: delay is not a whole number of time steps at {_where(off, array.shape)} "
+                f"({first:.4g} s is {first / dt:.4g} steps of dt = {dt:g} s); it is rounded to "
+                f"{round(first / dt)} steps. Give delays in multiples of dt, or a dt that divides them",
+                LossyConversionWarning,
+                stacklevel=4,
+            )
     return array, usable
 
 
-def check_parameters(graph: Any, dt: float, *, allow_negative_tau: bool = False) -> Any:
+def check_parameters(
+    graph: Any, dt: float, *, allow_negative_tau: bool = False, largest: float = math.inf
+) -> Any:
     """Check every numeric field of ``graph`` (a NIR graph or a single node; see the
-    module's docs); return it, or a copy where complex fields became real."""
+    module's docs); return it, or a copy where complex fields became real. ``largest``
+    is the largest finite value of the dtype the module will compute in."""
     fixes: dict[int, Any] = {}
     stack: list[tuple[Any, str]] = [(graph, "")]
     order: list[Any] = []
@@ -183,7 +211,7 @@ def check_parameters(graph: Any, dt: float, *, allow_negative_tau: bool = False)
         owner = f"node {path or '<root>'!r} ({type(node).__name__})"
         changes = {}
         for field in _fields_of(node):
-            checked = _check_field(node, field, owner, dt, allow_negative_tau)
+            checked = _check_field(node, field, owner, dt, allow_negative_tau, largest)
             if checked is not None and checked[1] is not getattr(node, field):
                 changes[field] = checked[1]
         if changes:  # a shallow copy: nir's constructors would check the other fields again

@@ -56,11 +56,14 @@ def test_structure_errors():
     with pytest.raises(nirbridge.GraphStructureError, match="empty segment"):
         plan(graph)
     graph = nir.NIRGraph(
-        nodes={"i": nir.Input(np.array([2])), "o": nir.Output(np.array([2]))},
-        edges=[("i", "o"), ("o", "i")],
+        nodes={"i": nir.Input(np.array([2])), "s": nir.Scale(np.ones(2)), "o": nir.Output(np.array([2]))},
+        edges=[("i", "s"), ("s", "o"), ("s", "i")],
         type_check=False,
     )
     with pytest.raises(nirbridge.GraphStructureError, match="feeds Input"):
+        plan(graph)
+    graph.edges = [("i", "s"), ("s", "o"), ("o", "s")]
+    with pytest.raises(nirbridge.GraphStructureError, match="leaves Output node 'o'"):
         plan(graph)
 
 

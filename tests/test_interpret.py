@@ -1086,3 +1086,33 @@ def test_input_and_output_shapes_that_are_not_sizes_are_named(shape):
         setattr(graph.nodes[node], key, {node: shape})
         with pytest.raises(nirbridge.ParameterError, match=rf"{kind} node '{node}': shape"):
             nirbridge.nir_to_torch(graph)
+
+
+def test_user_modules_that_return_no_tensor_are_named():
+    graph = _dense()
+    gm = nirbridge.nir_to_torch(graph, node_map={nir.Affine: lambda node: _Pair()})
+    with pytest.raises(nirbridge.ShapeMismatchError, match=r"node 'fc': .* returned a tuple, not a tensor"):
+        gm(torch.ones(1, 3))
+    with pytest.raises(nirbridge.ShapeMismatchError, match=r"returned a tuple, not a tensor"):
+        nirbridge.run(gm, torch.ones(4, 1, 3))
+
+
+class _Pair(torch.nn.Module):
+    def forward(self, x):
+        return x, x
+
+
+def test_edges_out_of_output_nodes_and_odd_types_are_refused():
+    graph = _dense()
+    graph.edges.append(("output", "fc"))
+    with pytest.raises(
+        nirbridge.GraphStructureError, match=r"edge 'output' -> 'fc' leaves Output node 'output'"
+    ):
+        nirbridge.nir_to_torch(graph)
+    graph = _dense()
+    graph.nodes["output"].output_type = "shape"
+    with pytest.raises(nirbridge.ParameterError, match=r"Output node 'output': output_type is 'shape'"):
+        nirbridge.nir_to_torch(graph)
+    graph = _dense()
+    graph.nodes["input"].input_type = None  # no shape declared: inferred where the graph fixes one
+    assert nirbridge.nir_to_torch(graph)(torch.ones(1, 3))[0].shape == (1, 2)

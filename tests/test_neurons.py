@@ -158,3 +158,17 @@ def test_a_delay_history_that_cannot_fit_is_refused_at_the_first_step(monkeypatc
         delay(torch.zeros(32, 3, dtype=torch.float64))
     out, _ = delay(torch.zeros(1, 3, dtype=torch.float32))  # 10000 x 1 x 3 float32: 117 KiB
     assert out.shape == (1, 3)
+
+
+def test_state_dicts_with_meaningless_values_are_refused():
+    lif = LIF(tau=np.full(3, 1e-3), r=1.0, v_leak=0.0, v_threshold=1.0, v_reset=0.0)
+    state = lif.state_dict()
+    with pytest.raises(nirbridge.ParameterError, match=r"LIF: state_dict entry 'tau' holds NaN"):
+        lif.load_state_dict({**state, "tau": torch.full((3,), float("nan"), dtype=state["tau"].dtype)})
+    with pytest.raises(nirbridge.ParameterError, match=r"'tau' holds time constants of 0"):
+        lif.load_state_dict({**state, "tau": torch.zeros(3, dtype=state["tau"].dtype)})
+    delay = Delay(np.full(3, 1e-3), dt=1e-4)
+    with pytest.raises(
+        nirbridge.ParameterError, match=r"Delay: state_dict entry 'delay' holds negative delays"
+    ):
+        delay.load_state_dict({"delay": torch.full((3,), -1.0, dtype=torch.float64)})

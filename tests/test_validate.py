@@ -183,8 +183,16 @@ def test_delays_must_be_finite_non_negative_and_countable_in_steps():
 
     with pytest.raises(nirbridge.ParameterError, match=r"'d' \(Delay\): delay is negative at neuron 2"):
         build(delay_graph(np.array([0.0, 1e-4, -1e-4])))
-    with pytest.raises(nirbridge.ParameterError, match=r"'d' \(Delay\): a delay of 1e\+300 s is"):
-        build(delay_graph(np.array([0.0, 1e300, 0.0])))
+    with pytest.raises(nirbridge.ParameterError, match=r"'d' \(Delay\): a delay of 1e\+30 s is"):
+        build(delay_graph(np.array([0.0, 1e30, 0.0])))
+    with pytest.raises(nirbridge.ParameterError, match=r"'d' \(Delay\): delay is missing"):
+        graph = delay_graph(np.zeros(3))
+        graph.nodes["d"].delay = None
+        build(graph)
+    with pytest.warns(
+        nirbridge.LossyConversionWarning, match=r"not a whole number of time steps at neuron 1 "
+    ):
+        build(delay_graph(np.array([2e-4, 1.5e-4, 0.0])))  # 1.5 steps of 1e-4 s
     graph = delay_graph(np.array([1e-3, 1e-3, 1e-3]))
     with pytest.raises(nirbridge.ParameterError, match=r"'d' \(Delay\): .* steps of dt = 1e-300 s"):
         nirbridge.nir_to_torch(graph, dt=1e-300)
@@ -411,3 +419,29 @@ def test_files_mutated_with_h5py_only_ever_raise_nirbridge_errors(tmp_path, data
     ]
     assert not foreign, [f"{w.category.__name__}: {w.message}" for w in foreign]
     os.unlink(mutated)
+
+
+def test_values_beyond_the_dtype_are_refused_and_fine_in_float64():
+    graph = dense(weight=np.full((2, 3), 1e39))  # finite in float64, infinite in float32
+    with pytest.raises(
+        nirbridge.ParameterError, match=r"'fc' \(Linear\): weight is 1e\+39 .* dtype=torch.float64"
+    ):
+        build(graph)
+    assert build(graph, dtype=torch.float64).fc.weight.dtype == torch.float64
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"trainable": 1}, r"trainable=1: give True, False or NIR field names"),
+        ({"trainable": ["tau", 1]}, r"trainable=\['tau', 1\]"),
+        ({"allow_negative_tau": "no"}, r"allow_negative_tau='no'\): give True or False"),
+        ({"dt": 10**400}, r"dt must be a positive, finite number"),
+        ({"dt": True}, r"dt must be a positive, finite number"),
+        ({"dt": "0.001"}, r"dt must be a positive, finite number"),
+    ],
+)
+def test_odd_arguments_are_parameter_errors(kwargs, says):
+    options = {"dt": 1e-4, **kwargs}
+    with pytest.raises(nirbridge.ParameterError, match=says):
+        nirbridge.nir_to_torch(dense(), **options)

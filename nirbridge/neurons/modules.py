@@ -46,15 +46,29 @@ def _as_tensor(name: str, owner: str, value: ArrayLike) -> torch.Tensor:
     return tensor
 
 
+def _check_loaded(owner: str, key: str, value: torch.Tensor, time_constant: bool) -> None:
+    """Refuse a state_dict entry that makes the equations meaningless: NaN or infinite
+    values, or a time constant of 0 (negative ones load, as ``allow_negative_tau``)."""
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        raise ParameterError(f"{owner}: state_dict entry {key!r} holds NaN or infinite values; fix them")
+    if time_constant and bool((value == 0).any()):
+        raise ParameterError(f"{owner}: state_dict entry {key!r} holds time constants of 0; they divide dt")
+
+
 def check_dt(dt: Any, owner: str = "dt") -> float:
     """Validate a time step: a positive, finite number of seconds."""
-    if isinstance(dt, (int, float)) and not isinstance(dt, bool):
-        value = float(dt)
+    if isinstance(dt, (bool, str, bytes)):
+        value = math.nan  # True is not 1 s, and text is not a number of seconds
+    elif isinstance(dt, (int, float)):
+        try:
+            value = float(dt)
+        except OverflowError:
+            value = math.inf
     else:
         try:
             array = np.asarray(dt, dtype=np.float64).reshape(-1)
             value = float(array[0]) if array.size == 1 else math.nan
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             value = math.nan
     if not math.isfinite(value) or value <= 0:
         raise ParameterError(f"{owner}: dt must be a positive, finite number of seconds, got {dt!r}")
@@ -96,6 +110,10 @@ class Neuron(torch.nn.Module):
                         state_dict[key] = value.expand(own.shape)
                 except RuntimeError:
                     pass  # left for torch to report as a size mismatch
+            if isinstance(value, torch.Tensor):
+                _check_loaded(
+                    type(self).__name__, prefix + name, value, name in ("tau", "tau_mem", "tau_syn")
+                )
         super()._load_from_state_dict(state_dict, prefix, *args)
 
     def scan(
@@ -442,6 +460,11 @@ class Delay(torch.nn.Module):
         self.max_steps = int(steps.max()) if steps.numel() else 0
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        value = state_dict.get(prefix + "delay")
+        if isinstance(value, torch.Tensor):
+            _check_loaded("Delay", prefix + "delay", value, False)
+            if bool((value < 0).any()):
+                raise ParameterError(f"Delay: state_dict entry {prefix + 'delay'!r} holds negative delays")
         super()._load_from_state_dict(state_dict, prefix, *args)
         self._update_steps()  # the step counts follow a loaded delay
 

@@ -23,9 +23,10 @@ import torch
 from torch import fx
 
 from .errors import InputError, ShapeMismatchError
-from .state import NODES, StateError, unpack_state
+from .state import DELAYED, NODES, StateError, unpack_state
 
 __all__ = [
+    "check_delayed",
     "check_keys",
     "check_output",
     "check_state_tensors",
@@ -122,43 +123,98 @@ def _state_problem(
 ) -> None:
     """Raise the :class:`StateError` saying what is wrong with one node's state entry."""
     for field, value in zip(getattr(entry, "_fields", ()), entry):
-        at = f"{where}[{NODES!r}][{key!r}].{field}"
-        if not isinstance(value, torch.Tensor):
+        _tensor_problem(value, f"{where}[{NODES!r}][{key!r}].{field}", key, feature, reference, batch, False)
+
+
+def _tensor_problem(
+    value: Any,
+    at: str,
+    key: str,
+    feature: tuple[int, ...] | None,
+    reference: torch.Tensor,
+    batch: int | None,
+    exact: bool,
+) -> None:
+    """Raise the :class:`StateError` saying what is wrong with one state tensor ``at``;
+    ``exact``: no axes before the batch (a delayed output, not a delay's history)."""
+    if not isinstance(value, torch.Tensor):
+        raise StateError(
+            f"{at} is {type(value).__name__}, not a tensor; pass the state this module returned "
+            "unchanged, or state=None to start afresh"
+        )
+    if value.device != reference.device:
+        raise StateError(
+            f"{at} is on {value.device}, the module on {reference.device}; move the whole state "
+            f"with the module, or pass state=None to start afresh"
+        )
+    if value.dtype != reference.dtype:
+        raise StateError(
+            f"{at} is {value.dtype}, the module computes in {reference.dtype}; pass the state this "
+            "module returned, or state=None to start afresh"
+        )
+    if feature is None:
+        return
+    shape = tuple(value.shape)
+    if len(shape) == len(feature) + 1 and shape[1:] == feature and batch is not None:
+        if shape[0] not in (batch, 1):
             raise StateError(
-                f"{at} is {type(value).__name__}, not a tensor; pass the state this module returned "
-                "unchanged, or state=None to start afresh"
+                f"{at} holds a batch of {shape[0]} but the input a batch of {batch}; keep the batch "
+                "size within a sequence (a batch-1 state is broadcast over any batch), or pass state=None"
             )
-        if value.device != reference.device:
-            raise StateError(
-                f"{at} is on {value.device}, the module on {reference.device}; move the whole state "
-                f"with the module, or pass state=None to start afresh"
-            )
-        if value.dtype != reference.dtype:
-            raise StateError(
-                f"{at} is {value.dtype}, the module computes in {reference.dtype}; pass the state this "
-                "module returned, or state=None to start afresh"
-            )
-        shape = tuple(value.shape)
-        if len(shape) == len(feature) + 1 and shape[1:] == feature and batch is not None:
-            if shape[0] not in (batch, 1):
-                raise StateError(
-                    f"{at} holds a batch of {shape[0]} but the input a batch of {batch}; keep the batch "
-                    "size within a sequence (a batch-1 state is broadcast over any batch), or pass state=None"
+    if not _fits(value.shape, feature, batch) or (exact and len(shape) != len(feature) + 1):
+        wanted = ", ".join(map(str, ("B", *feature)))
+        raise StateError(
+            f"{at} has shape {list(shape)}, but node {key!r} keeps [{wanted}]"
+            + (f" with B = {batch}" if batch is not None else "")
+            + "; pass the state this module returned unchanged (not sliced), or state=None"
+        )
+
+
+def check_delayed(
+    delayed: dict[str, Any],
+    keys: Any,
+    shapes: Any,
+    reference: torch.Tensor,
+    batch: int | None,
+    where: str,
+) -> None:
+    """Raise :class:`StateError` where a delayed output kept in a state (the previous
+    output of a delayed edge's source) is not a tensor on ``reference``'s device and
+    dtype shaped ``[B, *features]`` (``shapes``: each source's feature shape, ``None``
+    where unknown): it is added to a node's input, so a wrong one would broadcast
+    silently or fail deep inside a step."""
+    dtype, index, meta = reference.dtype, reference.get_device(), reference.is_meta
+    for key, feature in zip(keys, shapes):
+        value = delayed[key]
+        if not (
+            isinstance(value, torch.Tensor)
+            and value.dtype == dtype
+            and value.get_device() == index
+            and value.is_meta == meta
+            and (
+                feature is None
+                or (
+                    value.shape[1:] == feature
+                    and value.dim() == len(feature) + 1
+                    and (batch is None or value.shape[0] in (batch, 1))
                 )
-        if not _fits(value.shape, feature, batch):
-            wanted = ", ".join(map(str, ("B", *feature)))
-            raise StateError(
-                f"{at} has shape {list(shape)}, but node {key!r} keeps [{wanted}]"
-                + (f" with B = {batch}" if batch is not None else "")
-                + "; pass the state this module returned unchanged (not sliced), or state=None"
             )
+        ):
+            _tensor_problem(value, f"{where}[{DELAYED!r}][{key!r}]", key, feature, reference, batch, True)
 
 
-def check_output(out: Any, node: str, shape: tuple[int, ...], lead: int = 1) -> Any:
-    """Return ``out`` once a user's module (from ``node_map``) returned a tensor of the
+def check_output(out: Any, node: str, shape: tuple[int, ...] | None, lead: int = 1) -> Any:
+    """Return ``out`` once a user's module (from ``node_map``) returned a tensor, of the
     shape the graph expects after ``lead`` leading axes (batch; time and batch in
-    :func:`nirbridge.run`); otherwise a :class:`ShapeMismatchError` naming the node."""
-    if isinstance(out, torch.Tensor) and tuple(out.shape[lead:]) != shape:
+    :func:`nirbridge.run`) where the graph fixes one; otherwise a
+    :class:`ShapeMismatchError` naming the node."""
+    if not isinstance(out, torch.Tensor):
+        raise ShapeMismatchError(
+            f"node {node!r}: its module (from node_map) returned a {type(out).__name__}, not a tensor; "
+            "a stateless module returns the node's output, a stateful one (forward(x, state)) returns "
+            "(output, state)"
+        )
+    if shape is not None and tuple(out.shape[lead:]) != shape:
         axes = "B" if lead == 1 else "T, B"
         raise ShapeMismatchError(
             f"node {node!r}: its module (from node_map) returned shape {list(out.shape)}, but the graph "
@@ -183,10 +239,11 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
 
     ``spec`` is ``(top level?, input names, input shapes (None where unknown), stateful
     node names, their state type names (None where unknown), delayed sources, the
-    feature shapes of their states (None where unknown))``, fixed when the module is
+    feature shapes of their states and of the delayed sources' outputs (None where
+    unknown))``, fixed when the module is
     built; a nested graph's inputs come checked from its parent.
     """
-    top, names, shapes, node_keys, state_types, delayed_keys, state_shapes = spec
+    top, names, shapes, node_keys, state_types, delayed_keys, state_shapes, delayed_shapes = spec
     batch = None
     checked = []
     for name, x, shape in zip(names, inputs, shapes):
@@ -198,6 +255,8 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
             raise InputError(f"input {name!r} is a {type(x).__name__}; pass a tensor [B, ...]")
         if x.dim() == 0:
             raise InputError(f"input {name!r} is a number (0-d tensor); pass a batch of values [B, ...]")
+        if x.layout != torch.strided:
+            raise InputError(f"input {name!r} is a {x.layout} tensor; pass a dense one (x.to_dense())")
         if x.device != reference.device:
             raise InputError(
                 f"input {name!r} is on {x.device} but the module on {reference.device}; "
@@ -250,6 +309,7 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
             "state=None to start a new one"
         )
     check_state_tensors(nodes, node_keys, state_shapes, reference, batch, "state")
+    check_delayed(delayed, delayed_keys, delayed_shapes, reference, batch, "state")
     return nodes, delayed, *checked
 
 

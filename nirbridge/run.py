@@ -22,7 +22,7 @@ import nir
 import numpy as np
 import torch
 
-from .checks import check_keys, check_state_tensors, check_types, state_type_name
+from .checks import check_delayed, check_keys, check_state_tensors, check_types, state_type_name
 from .engine import Backend, backend_for
 from .engine import precision as _precision
 from .engine.eager import eager_stepper
@@ -193,6 +193,11 @@ def run(
     batch = next(iter(sequences.values())).shape[1]
     _check_state(level, state, "state", batch, torch.empty(0, dtype=dtype, device=device))
     request = _request(level, record)
+    for name, value in (("compile", compile), ("bool_spikes", bool_spikes), ("progress", progress)):
+        if not (isinstance(value, (bool, np.bool_)) or (name == "progress" and value is None)):
+            raise ParameterError(
+                f"run({name}={value!r}): give True or False" + (" or None" if name == "progress" else "")
+            )
     if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
         raise ParameterError(f"run(chunk={chunk!r}): give a whole number of time steps, at least 1")
     _precision.check(precision, "run")
@@ -463,6 +468,9 @@ def _check_inputs(
             )
         if x.is_complex():
             raise InputError(f"input {name!r} is complex ({x.dtype}); pass real values")
+        if x.layout != torch.strided or x.is_meta:
+            kind = "a meta tensor (no data)" if x.is_meta else f"a {x.layout} tensor"
+            raise InputError(f"input {name!r} is {kind}; pass a dense tensor with data (x.to_dense())")
         if steps is None:
             steps, batch = x.shape[0], x.shape[1]
         elif (x.shape[0], x.shape[1]) != (steps, batch):
@@ -502,12 +510,9 @@ def _check_state(level: Level | None, state: Any, where: str, batch: int, refere
     check_types(nodes, stateful, [state_type_name(level.modules[n]) for n in stateful], where)
     shapes = level.module.meta["nirbridge"].get("state_shapes", {})
     check_state_tensors(nodes, stateful, [shapes.get(n) for n in stateful], reference, batch, where)
-    for source, value in delayed.items():
-        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] not in (batch, 1):
-            raise StateError(
-                f"{where}: the delayed output of {source!r} holds a batch of {value.shape[0]} but the input "
-                f"a batch of {batch}; keep the batch size within a sequence, or pass state=None"
-            )
+    delayed_shapes = level.module.meta["nirbridge"].get("delayed_shapes", {})
+    sources = list(level.delayed_sources)
+    check_delayed(delayed, sources, [delayed_shapes.get(s) for s in sources], reference, batch, where)
     for name, child in level.children.items():
         _check_state(child, nodes[name], f"{where}[{NODES!r}][{name!r}]", batch, reference)
 

@@ -217,3 +217,39 @@ def test_a_state_sliced_replaced_or_moved_before_it_is_passed_back(gm):
         "nodes": {**state["nodes"], key: state["nodes"][key]._replace(v=state["nodes"][key].v[:1])},
     }
     assert gm(x, one)[0].shape[0] == 4  # a batch-1 state broadcasts, as documented
+
+
+def test_delayed_outputs_in_a_state_are_checked_like_node_states():
+    n = 3
+    lif = nir.LIF(np.full(n, 1e-2), np.ones(n), np.zeros(n), np.ones(n), np.zeros(n))
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([n])),
+            "l": lif,
+            "w": nir.Linear(np.eye(n)),
+            "output": nir.Output(np.array([n])),
+        },
+        edges=[("input", "l"), ("l", "w"), ("w", "l"), ("l", "output")],
+    )
+    gm = nirbridge.nir_to_torch(graph, dt=1e-3)
+    x = torch.ones(2, n)
+    _, state = gm(x)
+    for change, says in [
+        (lambda v: v[:, :2], r"\['w'\] has shape \[2, 2\], but node 'w' keeps \[B, 3\]"),
+        (lambda v: v[None], r"has shape \[1, 2, 3\]"),
+        (lambda v: 5, r"is int, not a tensor"),
+        (lambda v: v.double(), r"is torch.float64"),
+        (lambda v: v.to("meta"), r"is on meta"),
+    ]:
+        broken = {**state, "delayed": {"w": change(state["delayed"]["w"])}}
+        with pytest.raises(nirbridge.StateError, match=r"state\['delayed'\].*" + says):
+            gm(x, broken)
+        with pytest.raises(nirbridge.StateError, match=says):
+            nirbridge.run(gm, x.expand(3, 2, n), state=broken)
+
+
+def test_extra_arguments_to_a_module_call_are_named(gm):
+    with pytest.raises(nirbridge.InputError, match=r"takes the arguments \(input, state\), got 3 positional"):
+        gm(torch.zeros(1, 12), None, None)
+    with pytest.raises(nirbridge.InputError, match=r"and spikes"):
+        gm(torch.zeros(1, 12), spikes=1)

@@ -496,3 +496,13 @@ def test_runs_that_cannot_fit_are_refused_before_they_start(gm, monkeypatch):
         nirbridge.run(gm, x[: 10**6])
     with torch.no_grad():
         assert nirbridge.run(gm, x[:1000]).output.shape[0] == 1000  # 1000 x 32 x 3 floats fit
+
+
+def test_inputs_without_data_and_odd_options_are_refused(gm):
+    with pytest.raises(nirbridge.InputError, match="is a meta tensor"):
+        nirbridge.run(gm, torch.zeros(3, 2, 3, device="meta"))
+    with pytest.raises(nirbridge.InputError, match="is a torch.sparse_coo tensor"):
+        nirbridge.run(gm, torch.zeros(3, 2, 3).to_sparse())
+    for option in ({"compile": "no"}, {"bool_spikes": "no"}, {"progress": "yes"}):
+        with pytest.raises(nirbridge.ParameterError, match=r"give True or False"):
+            nirbridge.run(gm, torch.zeros(3, 2, 3), **option)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..checks import check_output
+from ..errors import ShapeMismatchError
 from ..neurons.modules import Delay, Neuron
 from ..state import DELAYED, NODES, unpack_state
 from .schedule import Level, Recorded, RecordError, Request, node_input, state_variables
@@ -143,6 +144,8 @@ def run_chunk(
             )
         else:
             flat = module(x.reshape(-1, *x.shape[2:]))
+            if name in level.checked:
+                check_output(flat, level.prefix + name, None)
             out = flat.reshape(x.shape[0], x.shape[1], *flat.shape[1:])
         if name in level.checked:
             check_output(out, level.prefix + name, level.checked[name], lead=2)
@@ -182,7 +185,14 @@ def _scan(
     outs = []
     collected: dict[str, list[torch.Tensor]] = {}
     for t in range(x.shape[0]):
-        out, state = module(x[t], state=state)
+        result = module(x[t], state=state)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise ShapeMismatchError(
+                f"node {level.prefix + name!r}: its module takes a state, so it must return (output, "
+                f"state), but returned a {type(result).__name__}"
+                + (f" of {len(result)}" if isinstance(result, tuple) else "")
+            )
+        out, state = result
         outs.append(out)
         if want_all or wanted:
             for var, value in _pick(level, name, module, state, wanted or set(), want_all).items():

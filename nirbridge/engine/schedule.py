@@ -95,7 +95,7 @@ class Level:
     types: dict[str, str]  # NIR type name of each node
     order: list[str]  # every node of this level and below, as one step evaluates them
     widths: dict[str, int | None]  # values per sample of each node's output (None: not known)
-    checked: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)  # user modules' shapes
+    checked: dict[str, tuple[int, ...] | None] = dataclasses.field(default_factory=dict)  # user modules
 
     def walk(self) -> list[Level]:
         """This level and every nested one."""

@@ -475,9 +475,16 @@ class _Builder:
             )
         try:
             return cls(**kwargs, metadata=metadata)
-        except Exception as error:
-            problem = f"{type(error).__name__}: {error}"
-            raise self.fail(label, f"({type_name}) cannot be built: {problem}") from error
+        except Exception as error:  # noqa: BLE001 - nir's own checks (asserts, numpy errors)
+            problem = f"{type(error).__name__}: {error}".strip()
+            self.notes.append(
+                (
+                    NirFileWarning,
+                    f"node {label!r} ({type_name}) does not pass nir's own check ({problem}); it is "
+                    "returned as stored, and nir_to_torch says what to fix",
+                )
+            )
+            return _unchecked(cls, kwargs, metadata)
 
     def value(self, argument: str, value: Any, label: str) -> Any:
         if argument in _TYPE_ARGS:
@@ -575,6 +582,29 @@ def _empty(name: bytes) -> bool:
             return not file.read(1)
     except OSError:
         return False
+
+
+def _unchecked(cls: type, kwargs: dict[str, Any], metadata: dict[str, Any]) -> nir.NIRNode:
+    """A NIR node holding ``kwargs`` as stored, without nir's constructor checks (which a
+    file written by another tool, or by nirbridge from a graph built without them, may
+    fail): what ``write`` writes, ``read`` reads back."""
+    node = object.__new__(cls)
+    for field in dataclasses.fields(cls):
+        if field.name in kwargs:
+            value = kwargs[field.name]
+        elif field.default is not dataclasses.MISSING:
+            value = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            value = field.default_factory()
+        else:
+            value = None
+        object.__setattr__(node, field.name, value)
+    if not isinstance(getattr(node, "input_type", None), dict):
+        object.__setattr__(node, "input_type", {"input": None})
+    if not isinstance(getattr(node, "output_type", None), dict):
+        object.__setattr__(node, "output_type", {"output": None})
+    object.__setattr__(node, "metadata", metadata)
+    return node
 
 
 class _Source:
@@ -809,7 +839,7 @@ class _Writer:
 
     def node(self, parent: Any, name: str, node: nir.NIRNode, label: str) -> None:
         group = self.group(parent, name, ordered=False)
-        self.dataset(group, "type", _text(type(node).__name__))
+        self.dataset(group, "type", _text(_type_name(node, label)))
         if isinstance(node, nir.NIRGraph):
             nodes = self.group(group, "nodes", ordered=True)
             for child_name, child in node.nodes.items():
@@ -849,6 +879,18 @@ class _Writer:
                 raise NirFileError(f"{what} is None, which HDF5 cannot store; drop the key or store a value")
             else:
                 self.dataset(group, name, _array(value, what, self.lossy))
+
+
+def _type_name(node: nir.NIRNode, label: str) -> str:
+    """The NIR type a node is stored as: its class, or the NIR primitive it subclasses
+    (``class MyLIF(nir.LIF)`` is stored as ``LIF``, which every reader knows)."""
+    for cls in type(node).__mro__:
+        if _NODE_TYPES.get(cls.__name__) is cls:
+            return cls.__name__
+    raise NirFileError(
+        f"node {label or '<root>'!r} is a {type(node).__name__}, which is no NIR primitive and subclasses "
+        "none; readers cannot know it. Convert it to a NIR primitive first"
+    )
 
 
 def _text(value: str) -> np.ndarray:
@@ -988,8 +1030,10 @@ def write(path_or_file: PathOrFile, graph: nir.NIRNode, *, compression: str | in
     _check_compression(compression)
     try:
         graph_utils.check_nesting(graph, "write")
+        if isinstance(graph, nir.NIRGraph):
+            graph_utils.check_edges(graph)  # what read would refuse: no half-readable files
     except GraphStructureError as error:
-        raise NirFileError(str(error)) from None
+        raise NirFileError(f"write: {error}") from None
     lossy = _write_to(path_or_file, lambda fid: _dump(fid, graph, compression), "write")
     for message in lossy:
         warnings.warn(message, LossyConversionWarning, stacklevel=2)

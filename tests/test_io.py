@@ -932,3 +932,54 @@ def test_duplicate_edges_are_reported_on_reading(tmp_path):
     nirbridge.write(tmp_path / "dup.nir", graph)
     with pytest.warns(nirbridge.RepairWarning, match=r"edges listed more than once: 'input' -> 'n0'"):
         nirbridge.read(tmp_path / "dup.nir")
+
+
+def test_what_write_writes_read_reads_back(tmp_path):
+    class MyLIF(nir.LIF):  # a user's subclass: stored as the primitive it extends
+        pass
+
+    def lif_node(**changes):
+        node = MyLIF(np.full(3, 1e-3), np.ones(3), np.zeros(3), np.ones(3), np.zeros(3))
+        for field, value in changes.items():
+            setattr(node, field, value)  # as code can set it after construction
+        return node
+
+    for changes, read_says, build_says in [
+        ({}, None, None),
+        (
+            {"tau": np.ones(4)},
+            "does not pass nir's own check",
+            r"node 'l': its parameters \(tau\) have shape \(4,\)",
+        ),
+        ({"tau": np.array(1e-3)}, "does not pass nir's own check", None),  # nirbridge broadcasts it
+        ({"tau": "abc"}, "does not pass nir's own check", r"'l' \(LIF\): tau must be numbers"),
+    ]:
+        graph = nir.NIRGraph(
+            nodes={
+                "input": nir.Input(np.array([3])),
+                "l": lif_node(**changes),
+                "output": nir.Output(np.array([3])),
+            },
+            edges=[("input", "l"), ("l", "output")],
+            type_check=False,
+        )
+        nirbridge.write(tmp_path / "g.nir", graph)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            back = nirbridge.read(tmp_path / "g.nir")
+        notes = [str(w.message) for w in caught if issubclass(w.category, nirbridge.NirFileWarning)]
+        assert type(back.nodes["l"]) is nir.LIF
+        assert (read_says is None) == (not notes) and (not notes or any(read_says in n for n in notes)), notes
+        if build_says is None:
+            nirbridge.nir_to_torch(back, dt=1e-4)
+        else:
+            with pytest.raises(nirbridge.NirBridgeError, match=build_says):
+                nirbridge.nir_to_torch(back, dt=1e-4)
+    broken = nir.NIRGraph(
+        nodes={"input": nir.Input(np.array([3])), "output": nir.Output(np.array([3]))},
+        edges=[("input", "output")],
+    )
+    broken.edges = [("input", "ghost")]
+    with pytest.raises(nirbridge.NirFileError, match="names node 'ghost'"):
+        nirbridge.write(tmp_path / "broken.nir", broken)
+    assert not (tmp_path / "broken.nir").exists()

@@ -235,6 +235,14 @@ def torch_to_nir(
         default_map = default_dict
     merged = merge_maps(module_map, default_map, skip)
     stateful = None
+    if stateful_modules is not None and (
+        isinstance(stateful_modules, (str, bytes)) or not isinstance(stateful_modules, Iterable)
+    ):
+        raise ParameterError(f"stateful_modules=... takes a tuple of module types, got {stateful_modules!r}")
+    if concrete_args is not None and not isinstance(concrete_args, Mapping):
+        raise ParameterError(
+            f"concrete_args=... takes a dict {{forward argument name: value}}, got {concrete_args!r}"
+        )
     if stateful_modules:
         extra = tuple(stateful_modules)
         if not all(isinstance(t, type) for t in extra):
@@ -272,6 +280,13 @@ def merge_maps(
             raise ParameterError(
                 f"{name} must be a dict {{module type: converter}}, got a {type(value).__name__}.{hint}"
             )
+    for name, value in (("module_map", module_map), ("default_map", default_map)):
+        for key in value or {}:
+            if isinstance(key, str):
+                raise ParameterError(
+                    f"{name}: key {key!r} is a string; keys are module types "
+                    f"(torch.nn.{key.rsplit('.', 1)[-1]}), functions or tensor methods themselves"
+                )
     merged: dict[Any, Any] = dict(DEFAULT_MAP if default_map is None else default_map)
     merged.update(module_map or {})
     merged = {key: BRIDGE if value is None else value for key, value in merged.items()}
@@ -279,6 +294,8 @@ def merge_maps(
         skip = ()
     elif isinstance(skip, type):
         skip = (skip,)
+    elif isinstance(skip, (str, bytes)) or not isinstance(skip, Iterable):
+        raise ParameterError(f"skip=... takes a tuple of module types, got {skip!r}")
     for entry in skip:
         if not (isinstance(entry, type) or callable(entry)):
             raise ParameterError(f"skip=... takes module types, got {entry!r}")

@@ -177,6 +177,12 @@ def verify(
         A :class:`Report`; ``report.ok`` says whether the two agree, ``print(report)``
         shows the table.
     """
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise VerifyError(
+                f"verify({name}={value!r}): give a finite tolerance of 0 or more (NaN would let every "
+                "value pass)"
+            )
     states = state if state is not None else (None, None)
     if isinstance(candidate, str) and candidate in BACKENDS:  # a file called so: pass a Path
         candidate = _build_with(candidate, reference, dt, allow_negative_tau)

@@ -873,3 +873,23 @@ def test_an_edge_to_a_node_that_does_not_exist_is_an_error_not_dropped(mutate, e
         match=r"implementation '': 'nir_edges' .* \[\('input', 'lif'\)\] only in 'edges'",
     ):
         elasticai.to_nir(ir, state)
+
+
+def test_type_maps_of_the_wrong_kind_are_named():
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "fc": nir.Linear(np.ones((2, 3))),
+            "output": nir.Output(np.array([2])),
+        },
+        edges=[("input", "fc"), ("fc", "output")],
+    )
+    ir, state_dict = elasticai.from_nir(graph)
+    with pytest.raises(nirbridge.ParameterError, match="type_map must be a dict"):
+        elasticai.to_nir(ir, state_dict, type_map=[1])
+    with pytest.raises(
+        nirbridge.ParameterError, match=r"type_map: key 'LIF' is not a NIR node class .*\(nir.LIF\)"
+    ):
+        elasticai.from_nir(graph, type_map={"LIF": lambda node: None})
+    with pytest.raises(nirbridge.ParameterError, match=r"type_map: the entry for 'linear' is a int"):
+        elasticai.to_nir(ir, state_dict, type_map={"linear": 5})

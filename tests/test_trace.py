@@ -1272,3 +1272,19 @@ def test_fx_reason_is_quoted_whole():
         "'3' (fx cannot trace it: RuntimeError: cannot trace this\n      because of that\n      see the docs)"
         in message
     )
+
+
+def test_odd_export_arguments_are_parameter_errors():
+    model = nn.Sequential(nn.Linear(3, 2))
+    x = torch.zeros(1, 3)
+    for kwargs, says in [
+        ({"skip": 5}, r"skip=\.\.\. takes a tuple of module types, got 5"),
+        ({"stateful_modules": 5}, r"stateful_modules=\.\.\. takes a tuple of module types"),
+        ({"concrete_args": 5}, r"concrete_args=\.\.\. takes a dict"),
+        (
+            {"module_map": {"Linear": lambda m: None}},
+            r"key 'Linear' is a string; keys are module types \(torch.nn.Linear\)",
+        ),
+    ]:
+        with pytest.raises(nirbridge.ParameterError, match=says):
+            nirbridge.torch_to_nir(model, example_input=x, **kwargs)

@@ -135,3 +135,18 @@ def test_files_with_negative_time_constants_verify_when_asked_to():
             nirbridge.verify(path, "snntorch", x, dt=1e-4)
         report = nirbridge.verify(path, "snntorch", x, dt=1e-4, allow_negative_tau=True)
     assert report.ok, report
+
+
+def test_tolerances_that_would_pass_anything_are_refused():
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([2])),
+            "s": nir.Scale(np.ones(2)),
+            "output": nir.Output(np.array([2])),
+        },
+        edges=[("input", "s"), ("s", "output")],
+    )
+    x = torch.ones(3, 1, 2)
+    for tolerances in ({"atol": float("nan")}, {"rtol": float("inf")}, {"atol": -1.0}):
+        with pytest.raises(nirbridge.VerifyError, match="give a finite tolerance of 0 or more"):
+            nirbridge.verify(graph, graph, x, **tolerances)

@@ -1291,7 +1291,7 @@ def to_nir(
     edge or field.
     """
     impls, root = _normalize(ir)
-    the_map = {**TO_NIR, **(type_map or {})}
+    the_map = {**TO_NIR, **_checked_map(type_map, str, "an elasticai type name such as 'linear'")}
     graph, build = _ir_to_graph(impls, root, state_dict, input_shape, the_map)
     unused = build.unused_parameters()
     if unused:
@@ -1335,6 +1335,23 @@ def from_nir(
         raise (_prefixed(error, source) if source else error) from None
 
 
+def _checked_map(type_map: Any, kind: type, what: str) -> dict[Any, Any]:
+    """``type_map`` as a dict, once it is one whose keys are of ``kind`` and values callable."""
+    if type_map is None:
+        return {}
+    if not isinstance(type_map, Mapping):
+        raise ParameterError(f"type_map must be a dict {{key: fn}}, got a {type(type_map).__name__}")
+    for key, fn in type_map.items():
+        if not isinstance(key, kind) or (kind is type and not issubclass(key, nir.NIRNode)):
+            hint = (
+                f" (nir.{key})" if isinstance(key, str) and isinstance(getattr(nir, key, None), type) else ""
+            )
+            raise ParameterError(f"type_map: key {key!r} is not {what}{hint}; use that as the key")
+        if not callable(fn):
+            raise ParameterError(f"type_map: the entry for {key!r} is a {type(fn).__name__}, not a function")
+    return dict(type_map)
+
+
 def _from_nir(graph: nir.NIRNode, type_map: Mapping[type, FromNir] | None) -> tuple[IR, StateDict]:
     if isinstance(graph, nir.NIRGraph):
         graph_utils.check_edges(graph)  # and how deep graphs nest
@@ -1356,7 +1373,7 @@ def _from_nir(graph: nir.NIRNode, type_map: Mapping[type, FromNir] | None) -> tu
             edges=[("input", "node"), ("node", "output")],
             type_check=False,
         )
-    the_map = {**FROM_NIR, **(type_map or {})}
+    the_map = {**FROM_NIR, **_checked_map(type_map, type, "a NIR node class such as nir.LIF")}
     ir, state = _NirToIr(the_map).run(graph)
     impls, root = _normalize(ir)
     with warnings.catch_warnings():

@@ -113,7 +113,9 @@ def _numbers(value: Any, owner: str, field: str) -> tuple[np.ndarray, Any]:
     return array.astype(np.float64), value
 
 
-_OPTIONAL = frozenset({"v_reset", "bias"})  # nir defaults a missing reset to 0; a conv may lack a bias
+def _optional(node: Any, field: str) -> bool:
+    """Fields that may be None: nir defaults a missing reset to 0, and a conv may lack a bias."""
+    return field == "v_reset" or (field == "bias" and isinstance(node, (nir.Conv1d, nir.Conv2d)))
 
 
 def _check_field(
@@ -121,7 +123,7 @@ def _check_field(
 ) -> tuple[np.ndarray, Any] | None:
     value = getattr(node, field, None)
     if value is None:
-        if field in _OPTIONAL:
+        if _optional(node, field):
             return None
         raise ParameterError(f"{owner}: {field} is missing; give it a value (a number or an array)")
     array, usable = _numbers(value, owner, field)
@@ -229,9 +231,9 @@ def check_parameters(
             name: rebuilt.get(id(child)) or fixes.get(id(child), child) for name, child in level.nodes.items()
         }
         if any(nodes[name] is not level.nodes[name] for name in nodes):
-            rebuilt[id(level)] = nir.NIRGraph(
-                nodes=nodes, edges=list(level.edges), metadata=level.metadata, type_check=False
-            )
+            copied = copy.copy(level)  # not nir's constructor: it would check the edges again
+            copied.nodes = nodes
+            rebuilt[id(level)] = copied
     return rebuilt.get(id(graph), graph)
 
 

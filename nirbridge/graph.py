@@ -41,6 +41,7 @@ __all__ = [
     "duplicate_edges",
     "check_structure",
     "conv_args",
+    "padding_arg",
     "cycles",
     "declared_shape",
     "evaluation_order",
@@ -634,21 +635,26 @@ def conv_args(
     stride = ints(node.stride, dims, "stride", owner, minimum=1)
     dilation = ints(node.dilation, dims, "dilation", owner, minimum=1)
     groups = integer(node.groups, "groups", owner, minimum=1)
-    padding = node.padding
-    if isinstance(padding, np.ndarray) and padding.dtype.kind in "SUO" and padding.size == 1:
-        padding = padding.reshape(-1)[0]
-    if isinstance(padding, bytes):
+    return stride, padding_arg(node.padding, dims, owner), dilation, groups
+
+
+def padding_arg(value: Any, dims: int, owner: str) -> str | tuple[int, ...]:
+    """A convolution's padding: ``"same"``, ``"valid"`` (as text, bytes or a one-element
+    array of them) or ``dims`` integers of 0 or more."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "SUO" and value.size == 1:
+        value = value.reshape(-1)[0]
+    if isinstance(value, bytes):
         try:
-            padding = padding.decode()
+            value = value.decode()
         except UnicodeDecodeError:
             raise ParameterError(
-                f"{owner}: padding must be 'same', 'valid' or integers, got {padding!r}"
+                f"{owner}: padding must be 'same', 'valid' or integers, got {value!r}"
             ) from None
-    if isinstance(padding, str):
-        if padding not in ("same", "valid"):
-            raise ParameterError(f"{owner}: padding must be 'same', 'valid' or integers, got {padding!r}")
-        return stride, padding, dilation, groups
-    return stride, ints(padding, dims, "padding", owner, minimum=0), dilation, groups
+    if isinstance(value, str):
+        if value not in ("same", "valid"):
+            raise ParameterError(f"{owner}: padding must be 'same', 'valid' or integers, got {value!r}")
+        return value
+    return ints(value, dims, "padding", owner, minimum=0)
 
 
 def _conv_shape(name: str, node: Any, shape: Shape) -> Shape:

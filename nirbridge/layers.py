@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import LossyConversionWarning, ParameterError
-from .graph import conv_args, integer, ints, pool_args
+from .graph import conv_args, integer, ints, padding_arg, pool_args
 from .neurons.functional import spike
 
 __all__ = [
@@ -153,18 +153,6 @@ def scale_to_torch(node: nir.Scale) -> Scale:
 
 def threshold_to_torch(node: nir.Threshold) -> Threshold:
     return Threshold(_tensor(node.threshold))
-
-
-def _padding(value: Any, count: int, node_type: str) -> str | tuple[int, ...]:
-    if isinstance(value, np.ndarray) and value.dtype.kind in "SUO" and value.size == 1:
-        value = value.reshape(-1)[0]
-    if isinstance(value, bytes):
-        value = value.decode()
-    if isinstance(value, str):
-        if value not in ("same", "valid"):
-            raise ParameterError(f"{node_type}: padding must be 'same', 'valid' or integers, got {value!r}")
-        return value
-    return ints(value, count, "padding", node_type, minimum=0)
 
 
 def _conv(node: Any, dims: int) -> torch.nn.Module:
@@ -317,7 +305,7 @@ def conv_node(
         )
     strides = ints(stride, dims, "stride", node_type)
     dilations = ints(dilation, dims, "dilation", node_type)
-    pads: str | tuple[int, ...] = _padding(padding, dims, node_type)
+    pads: str | tuple[int, ...] = padding_arg(padding, dims, node_type)
     if pads == "valid":
         pads = (0,) * dims
     elif pads == "same":

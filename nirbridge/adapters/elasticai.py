@@ -68,7 +68,7 @@ from ..errors import (
     ShapeMismatchError,
     UnsupportedImplementationError,
 )
-from ..layers import _nir_dim, _padding, conv_node
+from ..layers import _nir_dim, conv_node
 from ..limits import MAX_NESTING, check_memory
 from ._elasticai_checks import (
     _IO,
@@ -315,7 +315,7 @@ def conv_from_nir(node: nir.Conv1d | nir.Conv2d) -> tuple[str, dict[str, Any], d
         "out_channels": weight.shape[0],
         "kernel_size": tuple(int(k) for k in weight.shape[2:]),
         "stride": _ints(node.stride, dims, "stride"),
-        "padding": _padding(node.padding, dims, type(node).__name__),
+        "padding": graph_utils.padding_arg(node.padding, dims, type(node).__name__),
         "dilation": _ints(node.dilation, dims, "dilation"),
         "groups": groups,
         "bias": True,

@@ -97,17 +97,23 @@ def check_state_tensors(
             continue
         entry = nodes[key]
         for value in entry:  # the fast path: one pass of cheap tests, the words only on failure
-            if not (
-                isinstance(value, torch.Tensor)
-                and value.dtype == dtype
-                and value.get_device() == index
-                and value.is_meta == meta
-            ):
+            if not _like(value, dtype, index, meta):
                 _state_problem(entry, key, feature, reference, batch, where)
             shape = value.shape
             if shape[1:] != feature or (batch is not None and shape[0] != batch and shape[0] != 1):
                 if not _fits(shape, feature, batch):  # a delay's history has a leading axis
                     _state_problem(entry, key, feature, reference, batch, where)
+
+
+def _like(value: Any, dtype: torch.dtype, index: int, meta: bool) -> bool:
+    """Whether ``value`` is a tensor of ``dtype`` on the device ``index`` (``get_device()``:
+    -1 for the CPU) and as meta (no data) as the module: the cheap test of the fast path."""
+    return (
+        isinstance(value, torch.Tensor)
+        and value.dtype == dtype
+        and value.get_device() == index
+        and value.is_meta == meta
+    )
 
 
 def _fits(shape: torch.Size, feature: tuple[int, ...], batch: int | None) -> bool:
@@ -187,10 +193,7 @@ def check_delayed(
     for key, feature in zip(keys, shapes):
         value = delayed[key]
         if not (
-            isinstance(value, torch.Tensor)
-            and value.dtype == dtype
-            and value.get_device() == index
-            and value.is_meta == meta
+            _like(value, dtype, index, meta)
             and (
                 feature is None
                 or (

@@ -30,8 +30,10 @@ from .errors import NirFileError as NirFileError
 from .errors import NirFileWarning as NirFileWarning
 from .errors import NodeConversionError as NodeConversionError
 from .errors import ParameterError as ParameterError
+from .errors import ParameterWarning as ParameterWarning
 from .errors import RepairWarning as RepairWarning
 from .errors import ShapeMismatchError as ShapeMismatchError
+from .errors import SilentNetworkWarning as SilentNetworkWarning
 from .errors import TraceError as TraceError
 from .errors import UnknownNodeTypeError as UnknownNodeTypeError
 from .errors import UnsupportedImplementationError as UnsupportedImplementationError
@@ -70,12 +72,14 @@ __all__ = [
     "NirFileWarning",
     "NodeConversionError",
     "ParameterError",
+    "ParameterWarning",
     "RecordError",
     "RepairWarning",
     "Report",
     "SequenceModule",
     "Run",
     "ShapeMismatchError",
+    "SilentNetworkWarning",
     "StateError",
     "TraceError",
     "UnknownNodeTypeError",

@@ -200,3 +200,16 @@ class RepairWarning(NirBridgeWarning):
 
     The message names the node, what did not fit and what nirbridge did instead.
     """
+
+
+class ParameterWarning(NirBridgeWarning):
+    """A parameter is legal but likely not what was meant: a threshold at or below the
+    reset (the neuron fires at every step once it starts, or never resets below it), a
+    resistance or input weight of 0 (the neuron ignores its input), a weight matrix of
+    zeros. The message names the node, the field and the neurons."""
+
+
+class SilentNetworkWarning(NirBridgeWarning):
+    """A run ended in which spiking nodes never fired. The message names them and says
+    what commonly causes it (a time step the file does not record, so one was assumed;
+    inputs too weak for the thresholds)."""

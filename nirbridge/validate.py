@@ -16,9 +16,15 @@ make the equations of :mod:`nirbridge.neurons.functional` meaningful:
   that is not a whole number of steps is rounded, with a :class:`LossyConversionWarning`);
 - weights with at least one element.
 
-A field that breaks one of these is a :class:`ParameterError` naming the node, the
-field and the offending neurons (their indices). Complex values lose their imaginary
-part with a :class:`LossyConversionWarning` naming the node and field.
+Every field that breaks one of these is named in one :class:`ParameterError` (node,
+field and the offending neurons' indices); time constants below 0 are listed together,
+with the way to load them anyway. Complex values lose their imaginary part with a
+:class:`LossyConversionWarning` naming the node and field.
+
+Values that are legal but likely not meant warn with :class:`ParameterWarning`: a
+threshold at or below the reset, a resistance or input weight of 0 for every neuron, a
+weight of zeros. :func:`review` lists all of these without raising, for
+``nirbridge info``.
 
 After shapes are inferred, :func:`check_memory` estimates what one sample needs at
 each node (its output, a convolution's padded input, a delay line's history) and
@@ -37,9 +43,9 @@ import numpy as np
 
 from . import graph as graph_utils
 from . import limits
-from .errors import LossyConversionWarning, ParameterError
+from .errors import LossyConversionWarning, ParameterError, ParameterWarning
 
-__all__ = ["MAX_DELAY_STEPS", "TIME_CONSTANTS", "check_memory", "check_parameters"]
+__all__ = ["MAX_DELAY_STEPS", "TIME_CONSTANTS", "check_memory", "check_parameters", "review"]
 
 TIME_CONSTANTS = ("tau", "tau_mem", "tau_syn")
 
@@ -77,8 +83,11 @@ def _where(indices: np.ndarray, shape: tuple[int, ...]) -> str:
         int(i) if len(shape) <= 1 else tuple(int(v) for v in np.unravel_index(i, shape)) for i in flat[:5]
     ]
     more = f" and {flat.size - 5} more" if flat.size > 5 else ""
-    what = "neuron" if len(shape) <= 1 else "index"
-    return f"{what}{'s' if flat.size > 1 else ''} {', '.join(map(str, shown))}{more}"
+    if len(shape) <= 1:
+        what = "neurons" if flat.size > 1 else "neuron"
+    else:
+        what = "indices" if flat.size > 1 else "index"
+    return f"{what} {', '.join(map(str, shown))}{more}"
 
 
 def _numbers(value: Any, owner: str, field: str) -> tuple[np.ndarray, Any]:
@@ -118,68 +127,100 @@ def _optional(node: Any, field: str) -> bool:
     return field == "v_reset" or (field == "bias" and isinstance(node, (nir.Conv1d, nir.Conv2d)))
 
 
+class _Problems:
+    """What one walk over a graph found: meaningless values (errors), time constants
+    below 0, and suspicious values (warnings), as messages naming node and field."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.negative_tau: list[str] = []
+        self.suspicious: list[str] = []
+
+
 def _check_field(
-    node: Any, field: str, owner: str, dt: float, allow_negative_tau: bool, largest: float
+    node: Any,
+    field: str,
+    owner: str,
+    dt: float,
+    largest: float,
+    problems: _Problems,
 ) -> tuple[np.ndarray, Any] | None:
+    """The field's values and the value to build with, or ``None`` (missing and
+    optional, or a problem was added to ``problems``)."""
     value = getattr(node, field, None)
     if value is None:
-        if _optional(node, field):
-            return None
-        raise ParameterError(f"{owner}: {field} is missing; give it a value (a number or an array)")
-    array, usable = _numbers(value, owner, field)
+        if not _optional(node, field):
+            problems.errors.append(f"{owner}: {field} is missing; give it a value (a number or an array)")
+        return None
+    try:
+        array, usable = _numbers(value, owner, field)
+    except ParameterError as error:
+        problems.errors.append(str(error))
+        return None
     if array.ndim > graph_utils.MAX_DIMS:
-        raise ParameterError(
+        problems.errors.append(
             f"{owner}: {field} has {array.ndim} axes; nirbridge takes at most {graph_utils.MAX_DIMS}"
         )
+        return None
     if field == "weight" and array.size == 0:
-        raise ParameterError(
+        problems.errors.append(
             f"{owner}: {field} has shape {array.shape}, no elements: the layer connects nothing; "
             "remove the node or give it a weight"
         )
+        return None
     bad = ~np.isfinite(array)
     if np.any(bad):
         kinds = sorted({"NaN" if np.isnan(v) else "infinite" for v in array[bad].reshape(-1)})
-        raise ParameterError(
+        problems.errors.append(
             f"{owner}: {field} is {' and '.join(kinds)} at {_where(bad, array.shape)}; the equations "
             "are meaningless there. Fix the value where the file was written"
         )
+        return None
     huge = np.abs(array) > largest
     if np.any(huge):
-        raise ParameterError(
+        problems.errors.append(
             f"{owner}: {field} is {float(array[huge].reshape(-1)[0]):.4g} at {_where(huge, array.shape)}, "
             f"beyond the largest number the module's dtype holds ({largest:.4g}), so it would compute with "
             "infinity; build with dtype=torch.float64, or fix the value"
         )
+        return None
     if field in TIME_CONSTANTS:
         zero = array == 0
         if np.any(zero):
-            raise ParameterError(
+            problems.errors.append(
                 f"{owner}: {field} is 0 at {_where(zero, array.shape)}; a time constant divides dt "
                 "(dt/tau), so it must be above 0 seconds"
             )
+            return None
         negative = array < 0
-        if np.any(negative) and not allow_negative_tau:
-            raise ParameterError(
-                f"{owner}: {field} is negative at {_where(negative, array.shape)} (down to "
-                f"{float(array.min()):.4g} s); such a membrane grows away from its leak instead of "
-                "decaying to it. If the file means it (trained networks sometimes learn these), pass "
-                "nir_to_torch(..., allow_negative_tau=True) (--allow-negative-tau on the command line) "
-                "to load it as it is"
+        if np.any(negative):
+            problems.negative_tau.append(
+                f"{owner}: {field} is negative at {_where(negative, array.shape)}"
+                + (f" ({int(negative.sum())} of {negative.size})" if negative.size > 1 else "")
+                + f", down to {float(array.min()):.4g} s"
             )
+    if field in ("r", "w_in") and array.size and np.all(array == 0):
+        problems.suspicious.append(
+            f"{owner}: {field} is 0 for every neuron, so the neurons ignore their input"
+        )
+    if field == "weight" and np.all(array == 0):
+        problems.suspicious.append(f"{owner}: weight is 0 everywhere, so the layer passes nothing on")
     if isinstance(node, nir.Delay):
         negative = array < 0
         if np.any(negative):
-            raise ParameterError(
+            problems.errors.append(
                 f"{owner}: delay is negative at {_where(negative, array.shape)}; a delay looks back, "
                 "so give 0 seconds or more"
             )
+            return None
         steps = float(array.max(initial=0.0)) / dt
         if steps > MAX_DELAY_STEPS:
-            raise ParameterError(
+            problems.errors.append(
                 f"{owner}: a delay of {float(array.max()):.4g} s is {steps:.4g} steps of dt = {dt:g} s, "
                 f"more than the {MAX_DELAY_STEPS:.4g} nirbridge keeps; check the delay's unit "
                 "(seconds) and dt"
             )
+            return None
         exact = array / dt
         off = np.abs(exact - np.round(exact)) > 1e-6 * np.maximum(1.0, np.abs(exact))
         if np.any(off):
@@ -189,9 +230,72 @@ def _check_field(
                 f"({first:.4g} s is {first / dt:.4g} steps of dt = {dt:g} s); it is rounded to "
                 f"{round(first / dt)} steps. Give delays in multiples of dt, or a dt that divides them",
                 LossyConversionWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
     return array, usable
+
+
+def _check_reset(node: Any, owner: str, values: dict[str, np.ndarray], problems: _Problems) -> None:
+    """A threshold at or below the reset: after a spike the membrane is put back at or
+    above the threshold, so the neuron fires at every step until its input pulls it down."""
+    threshold, reset = values.get("v_threshold"), values.get("v_reset")
+    if threshold is None:
+        return
+    if reset is None:
+        reset = np.zeros(())  # nir's default reset
+    try:
+        low = np.broadcast_to(threshold <= reset, np.broadcast_shapes(threshold.shape, reset.shape))
+    except ValueError:
+        return  # shapes that do not fit: the conversion names them
+    if np.any(low):
+        problems.suspicious.append(
+            f"{owner}: v_threshold is at or below v_reset at {_where(low, low.shape)}, so after a "
+            "spike the membrane is reset to where it fires again; check the two fields (nir's "
+            "v_reset defaults to 0)"
+        )
+
+
+_NEGATIVE_TAU_FIX = (
+    "such membranes grow away from their leak instead of decaying to it. Trained files sometimes "
+    "hold them (an exporter that let τ train freely); to load the file as it is, pass "
+    "nir_to_torch(..., allow_negative_tau=True), --allow-negative-tau on the command line "
+    "(see 'Time constants below 0' in the docs' Files and safety page)"
+)
+
+
+def _walk(graph: Any, dt: float, largest: float) -> tuple[_Problems, dict[int, Any]]:
+    """Check every node; return the problems and ``id(node) -> copy with real fields``."""
+    problems = _Problems()
+    fixes: dict[int, Any] = {}
+    stack: list[tuple[Any, str]] = [(graph, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, nir.NIRGraph):
+            for name, child in reversed(node.nodes.items()):  # popped in graph order
+                stack.append((child, f"{path}.{name}" if path else str(name)))
+            continue
+        owner = f"node {path or '<root>'!r} ({type(node).__name__})"
+        changes = {}
+        values: dict[str, np.ndarray] = {}
+        for field in _fields_of(node):
+            checked = _check_field(node, field, owner, dt, largest, problems)
+            if checked is None:
+                continue
+            values[field] = checked[0]
+            if checked[1] is not getattr(node, field):
+                changes[field] = checked[1]
+        _check_reset(node, owner, values, problems)
+        if changes:  # a shallow copy: nir's constructors would check the other fields again
+            fixed = copy.copy(node)
+            for field, value in changes.items():
+                setattr(fixed, field, value)
+            fixes[id(node)] = fixed
+    return problems, fixes
+
+
+def _listed(messages: list[str], most: int = 4) -> str:
+    shown = "; ".join(messages[:most])
+    return shown + (f"; and {len(messages) - most} more" if len(messages) > most else "")
 
 
 def check_parameters(
@@ -199,32 +303,54 @@ def check_parameters(
 ) -> Any:
     """Check every numeric field of ``graph`` (a NIR graph or a single node; see the
     module's docs); return it, or a copy where complex fields became real. ``largest``
-    is the largest finite value of the dtype the module will compute in."""
-    fixes: dict[int, Any] = {}
-    stack: list[tuple[Any, str]] = [(graph, "")]
-    order: list[Any] = []
-    while stack:
-        node, path = stack.pop()
-        if isinstance(node, nir.NIRGraph):
-            order.append(node)
-            for name, child in reversed(node.nodes.items()):  # popped in graph order
-                stack.append((child, f"{path}.{name}" if path else str(name)))
-            continue
-        owner = f"node {path or '<root>'!r} ({type(node).__name__})"
-        changes = {}
-        for field in _fields_of(node):
-            checked = _check_field(node, field, owner, dt, allow_negative_tau, largest)
-            if checked is not None and checked[1] is not getattr(node, field):
-                changes[field] = checked[1]
-        if changes:  # a shallow copy: nir's constructors would check the other fields again
-            fixed = copy.copy(node)
-            for field, value in changes.items():
-                setattr(fixed, field, value)
-            fixes[id(node)] = fixed
+    is the largest finite value of the dtype the module will compute in.
+
+    Raises one :class:`ParameterError` naming every meaningless value (the first few),
+    or, where only time constants are below 0 and ``allow_negative_tau`` is not set,
+    one naming each such node and field. Suspicious values warn
+    (:class:`ParameterWarning`)."""
+    problems, fixes = _walk(graph, dt, largest)
+    if problems.errors:
+        first, rest = problems.errors[0], problems.errors[1:]
+        raise ParameterError(first + (f". Also: {_listed(rest, 3)}" if rest else ""))
+    if problems.negative_tau and not allow_negative_tau:
+        count = len(problems.negative_tau)
+        where = (
+            "a time constant is below 0" if count == 1 else f"time constants are below 0 in {count} places"
+        )
+        raise ParameterError(f"{where}: {_listed(problems.negative_tau, 6)}; {_NEGATIVE_TAU_FIX}")
+    for message in problems.suspicious:
+        warnings.warn(message, ParameterWarning, stacklevel=3)
+    return _rebuilt(graph, fixes)
+
+
+def review(graph: Any, dt: float) -> list[str]:
+    """Everything :func:`check_parameters` would refuse or warn about, as messages (for
+    ``nirbridge info``): meaningless values, time constants below 0 (with the way to
+    load them anyway), and suspicious values. Never raises for the values themselves."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LossyConversionWarning)
+        problems, _ = _walk(graph, dt, math.inf)
+    found = [*problems.errors]
+    if problems.negative_tau:
+        found.append(
+            "time constants below 0: " + _listed(problems.negative_tau, 6) + "; " + _NEGATIVE_TAU_FIX
+        )
+    return found + problems.suspicious
+
+
+def _rebuilt(graph: Any, fixes: dict[int, Any]) -> Any:
+    """``graph`` with the nodes in ``fixes`` replaced, levels copied only where they change."""
     if not fixes:
         return graph
     if not isinstance(graph, nir.NIRGraph):
         return fixes[id(graph)]
+    order: list[nir.NIRGraph] = []
+    stack = [graph]
+    while stack:
+        level = stack.pop()
+        order.append(level)
+        stack.extend(child for child in level.nodes.values() if isinstance(child, nir.NIRGraph))
     rebuilt: dict[int, nir.NIRGraph] = {}
     for level in reversed(order):  # children before their parents
         nodes = {

@@ -445,3 +445,76 @@ def test_odd_arguments_are_parameter_errors(kwargs, says):
     options = {"dt": 1e-4, **kwargs}
     with pytest.raises(nirbridge.ParameterError, match=says):
         nirbridge.nir_to_torch(dense(), **options)
+
+
+# ----------------------------------------------------------------------------- health
+
+
+def test_suspicious_parameters_warn_naming_node_field_and_neurons():
+    cases = [
+        (
+            lif(v_threshold=np.array([1.0, -0.5])),
+            r"'neuron' \(LIF\): v_threshold is at or below v_reset at neuron 1",
+        ),
+        (
+            cuba(v_reset=np.array([0.0, 2.0])),
+            r"'neuron' \(CubaLIF\): v_threshold is at or below v_reset at neuron 1",
+        ),
+        (
+            lif(v_reset=None, v_threshold=np.zeros(2)),
+            r"at or below v_reset at neurons 0, 1.*v_reset defaults to 0",
+        ),
+        (lif(r=np.zeros(2)), r"'neuron' \(LIF\): r is 0 for every neuron, so the neurons ignore their input"),
+        (cuba(w_in=np.zeros(2)), r"'neuron' \(CubaLIF\): w_in is 0 for every neuron"),
+    ]
+    for neuron, message in cases:
+        with pytest.warns(nirbridge.ParameterWarning, match=message):
+            build(dense(neuron))
+    with pytest.warns(nirbridge.ParameterWarning, match=r"'fc' \(Linear\): weight is 0 everywhere"):
+        build(dense(weight=np.zeros((2, 3))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build(dense(lif(r=np.array([0.0, 1.0]))))  # one neuron without input is a choice, not a slip
+
+
+def test_every_meaningless_value_is_named_in_one_error():
+    graph = dense(
+        lif(tau=np.array([np.nan, 1e-3]), v_threshold=np.array([1.0, np.inf])), weight=np.full((2, 3), np.nan)
+    )
+    with pytest.raises(nirbridge.ParameterError) as info:
+        build(graph)
+    message = str(info.value)
+    assert message.startswith("node 'fc' (Linear): weight is NaN at indices (0, 0), (0, 1)")
+    assert "Also: node 'neuron' (LIF): tau is NaN at neuron 0" in message
+    assert "node 'neuron' (LIF): v_threshold is infinite at neuron 1" in message
+
+
+def test_review_lists_what_a_build_refuses_or_warns_about_without_raising():
+    graph = dense(
+        lif(tau=np.array([-2e-3, 1e-3]), v_threshold=np.array([1.0, -1.0])), weight=np.full((2, 3), np.nan)
+    )
+    found = validate.review(graph, 1e-4)
+    assert found[0].startswith("node 'fc' (Linear): weight is NaN")
+    assert found[1].startswith("time constants below 0: node 'neuron' (LIF): tau is negative at neuron 0")
+    assert "allow_negative_tau=True" in found[1]
+    assert found[2].startswith("node 'neuron' (LIF): v_threshold is at or below v_reset at neuron 1")
+    assert len(found) == 3
+    assert validate.review(dense(), 1e-4) == []
+
+
+def test_negative_time_constants_of_several_nodes_are_one_message():
+    from tests.conftest import EXAMPLES
+
+    path = EXAMPLES / "spyx_at_00e6ba49__research__paper__spyx_shd.nir"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.NirBridgeWarning)
+        with pytest.raises(nirbridge.ParameterError) as info:
+            nirbridge.nir_to_torch(path, dt=1e-4)
+    message = str(info.value)
+    assert message.startswith(
+        "time constants are below 0 in 2 places: node 'LIF' (LIF): tau is negative at neurons"
+    )
+    assert "(8 of 64), down to -3212 s; node 'LIF_1' (LIF)" in message
+    assert (
+        "pass nir_to_torch(..., allow_negative_tau=True), --allow-negative-tau on the command line" in message
+    )

@@ -15,6 +15,7 @@ import importlib.util
 import math
 import os
 import sys
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -37,14 +38,75 @@ from .engine.schedule import (
     run_bytes,
     step_bytes,
 )
-from .errors import InputError, ParameterError
+from .errors import InputError, ParameterError, SilentNetworkWarning
 from .limits import check_memory
 from .state import NODES, StateError, unpack_state
 
-__all__ = ["Run", "SequenceModule", "run"]
+__all__ = ["RecordSummary", "Run", "RunSummary", "SequenceModule", "run", "silence_hint"]
 
 _FIRST_CHUNK = 4  # steps run before the chunk length is chosen, where shapes are not declared
 _PROGRESS_DELAY = 2.0  # seconds before an automatic progress bar appears
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordSummary:
+    """One record or output of a :class:`Run`, over all its steps and samples.
+
+    Attributes:
+        key: the record key, ``"output"`` or ``"output:<name>"``.
+        spikes: whether the values are spikes.
+        neurons: values per sample and step.
+        total: the number of spikes (spikes only).
+        per_step: spikes per neuron per step, averaged over samples (spikes only).
+        rate: spikes per neuron per second (Hz): ``total / (neurons · B · T · dt)``.
+        silent: neurons that never fired in any sample (spikes only).
+        minimum, mean, maximum: of the values (continuous values only).
+    """
+
+    key: str
+    spikes: bool
+    neurons: int
+    total: int | None = None
+    per_step: float | None = None
+    rate: float | None = None
+    silent: int | None = None
+    minimum: float | None = None
+    mean: float | None = None
+    maximum: float | None = None
+
+    def describe(self) -> str:
+        """One line: spike totals and rates, or the range of the values."""
+        if self.spikes:
+            return (
+                f"{self.total} spikes, {self.per_step:.4f} per neuron per step ({self.rate:.4g} Hz); "
+                f"{self.silent} of {self.neurons} neurons silent"
+            )
+        return f"min {self.minimum:.4g}, mean {self.mean:.4g}, max {self.maximum:.4g}"
+
+
+class RunSummary(dict[str, RecordSummary]):
+    """:meth:`Run.summary`: a :class:`RecordSummary` per record and output, by key;
+    prints as a table."""
+
+    def table(self) -> str:
+        """The summary as a text table, one row per record or output."""
+        rows = [("record", "kind", "values", "summary")]
+        rows += [
+            (key, "spikes" if s.spikes else "values", f"{s.neurons} neurons", s.describe())
+            for key, s in self.items()
+        ]
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        return "\n".join(
+            "  ".join([*(cell.ljust(w) for cell, w in zip(row[:3], widths)), row[3]]).rstrip() for row in rows
+        )
+
+    def __str__(self) -> str:
+        return self.table()
+
+    __repr__ = __str__
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython shows the table
+        printer.text(self.table())
 
 
 @dataclasses.dataclass
@@ -64,6 +126,9 @@ class Run:
         layout: record key -> (node names from the top graph down, observable), e.g.
             ``(("lif",), "output")``, ``(("block", "lif"), "v")``; a subgraph's output is
             its Output node's. For :meth:`to_nir_data`.
+        thresholds: record key of a membrane potential (``"lif.v"``) -> the firing
+            threshold of its node, per neuron (``[neurons...]`` or a scalar), float64 on
+            the CPU; for the threshold lines of :meth:`plot`.
     """
 
     output: torch.Tensor | dict[str, torch.Tensor]
@@ -73,6 +138,7 @@ class Run:
     spiking: frozenset[str] = frozenset()
     spiking_outputs: frozenset[str] = frozenset()
     layout: dict[str, tuple[tuple[str, ...], str]] = dataclasses.field(default_factory=dict, repr=False)
+    thresholds: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
         def shape(t: torch.Tensor) -> str:
@@ -99,11 +165,32 @@ class Run:
         """
         return records_to_graph_data(self.records, self.layout, self.spiking, self.dt)
 
-    def raster(self, node: str, *, sample: int = 0, ax: Any = None) -> Any:
-        """Draw the spikes of recorded node ``node`` (one sample) as a raster; returns the figure."""
+    def summary(self) -> RunSummary:
+        """Spike totals and rates per spiking record and output (and the range of
+        continuous ones): a dict of :class:`RecordSummary` by key that prints as a
+        table."""
+        entries = dict(self.records)
+        spiking = set(self.spiking)
+        if isinstance(self.output, torch.Tensor):
+            if not any(v is self.output for v in self.records.values()):
+                entries["output"] = self.output
+                if self.spiking_outputs:
+                    spiking.add("output")
+        else:
+            for name, value in self.output.items():
+                entries[f"output:{name}"] = value
+                if name in self.spiking_outputs:
+                    spiking.add(f"output:{name}")
+        return RunSummary(
+            (key, _summarize(key, value, key in spiking, self.dt)) for key, value in entries.items()
+        )
+
+    def raster(self, *keys: str, sample: int = 0, ax: Any = None) -> Any:
+        """Draw the spikes of the recorded nodes ``keys`` (one sample) as rasters, one
+        panel per key on a shared time axis; returns the figure."""
         from .plot import raster
 
-        return raster(self, node, sample=sample, ax=ax)
+        return raster(self, *keys, sample=sample, ax=ax)
 
     def plot(self, *keys: str, sample: int = 0, neurons: Sequence[int] | int = 8) -> Any:
         """Draw recorded values over time: a raster for spikes, traces (the first
@@ -261,7 +348,10 @@ def run(
     finally:
         if bar is not None:
             bar.close()
-    return _assemble(collector, level, spike_types, state, built_dt)
+    result = _assemble(collector, level, spike_types, state, built_dt)
+    result.thresholds = _thresholds(module, result)
+    _warn_silent(result, module, steps, _output_sources(level))
+    return result
 
 
 def _assemble(
@@ -597,6 +687,108 @@ def _any_grad(state: Any) -> bool:
     from torch.utils._pytree import tree_leaves
 
     return any(isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in tree_leaves(state))
+
+
+def _summarize(key: str, value: torch.Tensor, spikes: bool, dt: float) -> RecordSummary:
+    steps, batch = value.shape[0], value.shape[1]
+    neurons = math.prod(value.shape[2:])
+    data = value.detach()
+    if spikes:
+        fired = data.reshape(steps * batch, neurons) != 0
+        total = int(fired.sum())
+        per_step = total / max(1, steps * batch * neurons)
+        return RecordSummary(
+            key,
+            True,
+            neurons,
+            total=total,
+            per_step=per_step,
+            rate=per_step / dt,
+            silent=int((~fired.any(dim=0)).sum()),
+        )
+    values = data.double()
+    empty = values.numel() == 0
+    return RecordSummary(
+        key,
+        False,
+        neurons,
+        minimum=math.nan if empty else float(values.min()),
+        mean=math.nan if empty else float(values.mean()),
+        maximum=math.nan if empty else float(values.max()),
+    )
+
+
+def silence_hint(dt: float, module: Any) -> str:
+    """What commonly makes a spiking network silent, for this module's time step."""
+    meta = getattr(module, "meta", None)
+    info = meta.get("nirbridge", {}) if isinstance(meta, dict) else {}
+    if isinstance(info, dict) and info.get("dt_assumed"):
+        return (
+            f"The graph records no time step, so it runs at the assumed dt = {dt:g} s; if it was "
+            "trained at another, build it with nir_to_torch(..., dt=...) (--dt on the command line). "
+            "Otherwise the inputs may be too weak for the thresholds: record the membranes "
+            "(record=['<node>.v']) and plot them"
+        )
+    return (
+        f"It runs at dt = {dt:g} s: check that this is the time step it was trained at, and that the "
+        "inputs are strong enough for the thresholds (record the membranes, record=['<node>.v'], and "
+        "plot them)"
+    )
+
+
+def _output_sources(level: Level | None) -> dict[str, str]:
+    """Output name -> the node whose output it is, where it has exactly one."""
+    if level is None:
+        return {}
+    return {name: level.incoming[name][0][0] for name in level.outputs if len(level.incoming[name]) == 1}
+
+
+def _warn_silent(result: Run, module: Any, steps: int, sources: Mapping[str, str]) -> None:
+    """One :class:`SilentNetworkWarning` naming every spiking record and output in which
+    no neuron of any sample fired (an output whose node is named already is not)."""
+    silent = [
+        key
+        for key in result.records
+        if key in result.spiking and not bool(result.records[key].detach().ne(0).any())
+    ]
+    spiking_outputs = sorted(result.spiking_outputs)
+    if isinstance(result.output, torch.Tensor):
+        outputs = {name: result.output for name in spiking_outputs} or {}
+    else:
+        outputs = result.output
+    silent_outputs = [
+        name
+        for name in spiking_outputs
+        if outputs[name].numel()
+        and sources.get(name) not in silent  # named already, as its node
+        and not bool(outputs[name].detach().ne(0).any())
+    ]
+    if not silent and not silent_outputs:
+        return
+    named = [repr(k) for k in silent] + [f"output {n!r}" for n in silent_outputs]
+    unrecorded = "" if silent else " (record='outputs' shows which of its nodes stop firing)"
+    warnings.warn(
+        f"nirbridge.run: no spike in {', '.join(named)} over {steps} steps{unrecorded}. "
+        + silence_hint(result.dt, module),
+        SilentNetworkWarning,
+        stacklevel=3,
+    )
+
+
+def _thresholds(module: torch.nn.Module, result: Run) -> dict[str, torch.Tensor]:
+    """Record key of each recorded membrane potential -> its node's ``v_threshold``."""
+    thresholds: dict[str, torch.Tensor] = {}
+    for key, (_, observable) in result.layout.items():
+        if observable != "v":
+            continue
+        try:
+            node = module.get_submodule(key[: -len(".v")])
+        except AttributeError:
+            continue
+        value = getattr(node, "v_threshold", None)
+        if isinstance(value, torch.Tensor):
+            thresholds[key] = value.detach().to("cpu", torch.float64).clone()
+    return thresholds
 
 
 def _spike_types(level: Level | None, module: torch.nn.Module) -> dict[str, str]:

@@ -68,6 +68,7 @@ def test_shared_parameters_and_a_fresh_state(kind, rng):
     assert all(torch.equal(a, b) for a, b in zip(state, final))
 
 
+@pytest.mark.filterwarnings("ignore::nirbridge.SilentNetworkWarning")  # exactness, not activity
 @pytest.mark.parametrize("name", sorted(USABLE))
 def test_every_example_file_runs_like_the_eager_back_end(name):
     with warnings.catch_warnings():
@@ -86,6 +87,7 @@ def test_every_example_file_runs_like_the_eager_back_end(name):
     assert all(torch.equal(a, b) for a, b in zip(*map(_leaves, (kernels.state, eager.state))))
 
 
+@pytest.mark.filterwarnings("ignore::nirbridge.SilentNetworkWarning")  # exactness, not activity
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_graphs(), st.sampled_from([torch.float32, torch.float64]))
 def test_random_graphs_run_like_the_eager_back_end(case, dtype):

@@ -76,6 +76,7 @@ def lif_graph(rng, n_in=3, n=6, recurrent=True):
 # ----------------------------------------------------------------------------- exactness
 
 
+@pytest.mark.filterwarnings("ignore::nirbridge.SilentNetworkWarning")  # exactness, not activity
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_graphs(), st.sampled_from([None, 1, 3, 8]))
 def test_random_graphs_run_like_the_reference_and_like_stepping(case, chunk):
@@ -106,6 +107,7 @@ def test_random_graphs_run_like_the_reference_and_like_stepping(case, chunk):
     assert_same_tree(result.state, state)
 
 
+@pytest.mark.filterwarnings("ignore::nirbridge.SilentNetworkWarning")  # exactness, not activity
 @pytest.mark.parametrize("name", sorted(USABLE))
 def test_real_files_run_like_the_reference_and_like_stepping(name):
     dt = USABLE[name]
@@ -468,6 +470,7 @@ def test_a_state_from_another_simulators_import_is_refused_by_run():
         nirbridge.run(nirbridge.nir_to_torch(path, dt=1e-4), x, state=other)
 
 
+@pytest.mark.filterwarnings("ignore::nirbridge.SilentNetworkWarning")
 def test_record_must_name_nodes(gm):
     for record in (123, None, b"lif", {"lif": 1}):
         with pytest.raises(nirbridge.RecordError, match=r"run\(record=.*\): give a node path"):
@@ -506,3 +509,125 @@ def test_inputs_without_data_and_odd_options_are_refused(gm):
     for option in ({"compile": "no"}, {"bool_spikes": "no"}, {"progress": "yes"}):
         with pytest.raises(nirbridge.ParameterError, match=r"give True or False"):
             nirbridge.run(gm, torch.zeros(3, 2, 3), **option)
+
+
+# ----------------------------------------------------------------------------- silence and summaries
+
+
+def two_layer_lif(threshold2: float = 1.0, dt_in_metadata: bool = True) -> nir.NIRGraph:
+    """input -> fc1 -> lif1 -> fc2 -> lif2 -> output, with lif2's threshold chosen."""
+    rng = np.random.default_rng(3)
+    ones = np.ones(5)
+    nodes = {
+        "input": nir.Input(np.array([4])),
+        "fc1": nir.Linear(rng.uniform(0.5, 1.5, size=(5, 4)) * 4),
+        "lif1": nir.LIF(tau=ones * 2e-3, r=ones * 10, v_leak=0 * ones, v_threshold=ones, v_reset=0 * ones),
+        "fc2": nir.Linear(np.eye(3, 5) * 2),
+        "lif2": nir.LIF(
+            tau=np.ones(3) * 2e-3,
+            r=np.ones(3) * 10,
+            v_leak=np.zeros(3),
+            v_threshold=np.full(3, threshold2),
+            v_reset=np.zeros(3),
+        ),
+        "output": nir.Output(np.array([3])),
+    }
+    edges = [("input", "fc1"), ("fc1", "lif1"), ("lif1", "fc2"), ("fc2", "lif2"), ("lif2", "output")]
+    return nir.NIRGraph(nodes, edges, metadata={"dt": DT} if dt_in_metadata else {}, type_check=False)
+
+
+def bernoulli(steps=80, batch=3, width=4, p=0.5, seed=0):
+    return (torch.rand(steps, batch, width, generator=torch.Generator().manual_seed(seed)) < p).float()
+
+
+def test_a_silent_layer_is_named_in_one_warning_with_the_dt_hint():
+    gm = nirbridge.nir_to_torch(two_layer_lif(threshold2=1e6))
+    x = bernoulli()
+    with pytest.warns(nirbridge.SilentNetworkWarning) as caught:
+        result = nirbridge.run(gm, x, record="all")
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert result.records["lif1"].sum() > 0  # the first layer fires, the second never does
+    assert "no spike in 'lif2' over 80 steps" in message and "'lif1'" not in message
+    assert "output 'output'" not in message  # lif2's output: named once, as its node
+    assert "runs at dt = 0.0001 s: check that this is the time step it was trained at" in message
+    # without records, the output is named, with the way to find the layer that stops
+    with pytest.warns(nirbridge.SilentNetworkWarning, match=r"no spike in output 'output'.*record='outputs'"):
+        nirbridge.run(gm, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nirbridge.run(nirbridge.nir_to_torch(two_layer_lif()), x, record="all")  # it spikes: no warning
+
+
+def test_a_silent_network_at_an_assumed_dt_says_to_pass_dt():
+    with pytest.warns(nirbridge.AssumedDtWarning):
+        gm = nirbridge.nir_to_torch(two_layer_lif(threshold2=1e6, dt_in_metadata=False))
+    with pytest.warns(nirbridge.SilentNetworkWarning) as caught:
+        nirbridge.run(gm, bernoulli(), record="lif2")
+    message = str(caught[0].message)
+    assert "records no time step, so it runs at the assumed dt = 0.0001 s" in message
+    assert "nir_to_torch(..., dt=...) (--dt on the command line)" in message
+    # the N-MNIST CNN at the assumed dt: silent from its first spiking layer on
+    with pytest.warns(nirbridge.AssumedDtWarning):
+        cnn = nirbridge.nir_to_torch(EXAMPLES / "NIR__paper__02_cnn__cnn_sinabs.nir")
+    x = (torch.rand(10, 1, 2, 34, 34, generator=torch.Generator().manual_seed(0)) < 0.3).float()
+    with pytest.warns(
+        nirbridge.SilentNetworkWarning, match=r"no spike in '1', '3', '6', '10', '12' over 10 "
+    ):
+        nirbridge.run(cnn, x, record="outputs")
+
+
+def test_summary_counts_spikes_and_rates_per_record():
+    gm = nirbridge.nir_to_torch(two_layer_lif())
+    x = bernoulli(steps=50, batch=2)
+    with torch.no_grad():
+        result = nirbridge.run(gm, x, record=["lif1", "lif2.v"])
+    summary = result.summary()
+    assert sorted(summary) == ["lif1", "lif1.v", "lif2.v", "output"]
+    spikes = result.records["lif1"].numpy()
+    expected_total = int(np.count_nonzero(spikes))
+    lif1 = summary["lif1"]
+    assert lif1.spikes and lif1.neurons == 5 and lif1.total == expected_total > 0
+    assert lif1.per_step == pytest.approx(expected_total / (50 * 2 * 5))
+    assert lif1.rate == pytest.approx(expected_total / (50 * 2 * 5 * DT))  # Hz
+    assert lif1.silent == int(np.sum(spikes.sum(axis=(0, 1)) == 0))
+    out = summary["output"]  # lif2's spikes: the output, not recorded
+    assert out.spikes and out.total == int(np.count_nonzero(result.output.numpy()))
+    v = summary["lif2.v"]
+    values = result.records["lif2.v"].double().numpy()
+    assert not v.spikes and v.total is None
+    assert (v.minimum, v.mean, v.maximum) == pytest.approx((values.min(), values.mean(), values.max()))
+    table = str(summary).splitlines()
+    assert table[0].split() == ["record", "kind", "values", "summary"]
+    row = next(line for line in table if line.startswith("lif1 "))
+    assert row.split()[:5] == ["lif1", "spikes", "5", "neurons", str(expected_total)]
+    assert f"{lif1.rate:.4g} Hz" in row and f"{lif1.silent} of 5 neurons silent" in row
+
+
+def test_runs_know_the_thresholds_of_recorded_membranes():
+    gm = nirbridge.nir_to_torch(two_layer_lif(threshold2=0.7))
+    result = nirbridge.run(gm, bernoulli(), record=["lif2.v", "lif1.output"])
+    assert list(result.thresholds) == ["lif2.v"]
+    np.testing.assert_array_equal(result.thresholds["lif2.v"].numpy(), np.full(3, np.float32(0.7)))
+
+
+def test_modules_that_keep_their_state_inside_run_step_by_step():
+    import snntorch as snn
+    from snntorch import utils as snn_utils
+
+    torch.manual_seed(0)
+    neuron = dict(beta=0.8, init_hidden=True, reset_mechanism="zero")
+    net = torch.nn.Sequential(
+        torch.nn.Linear(4, 6), snn.Leaky(**neuron), torch.nn.Linear(6, 2), snn.Leaky(**neuron, output=True)
+    )
+    with torch.no_grad():
+        for layer in (net[0], net[2]):
+            layer.weight.uniform_(0.2, 1.0)
+    x = bernoulli(steps=30, batch=3)
+    snn_utils.reset(net)
+    with torch.no_grad():
+        expected = torch.stack([net(x_t)[0] for x_t in x])  # snntorch's own loop
+        first = nirbridge.run(net, x[:20])  # resets the membranes first: the loop above left them set
+        rest = nirbridge.run(net, x[20:], state=first.state)  # continues from them
+    assert expected.sum() > 0
+    assert torch.equal(torch.cat([first.output, rest.output]), expected)

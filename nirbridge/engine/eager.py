@@ -61,9 +61,16 @@ def eager_stepper(
     from ..interpret import forward_takes_state
 
     stateful = forward_takes_state(type(module))
+    hidden = hidden_state_modules(module) if not stateful else []
 
     def step_module(xs: Mapping[str, torch.Tensor], state: Any) -> Any:
         x = xs["input"]
+        if hidden:  # state kept inside the modules (snntorch's init_hidden=True): stepped
+            if state is not HIDDEN:
+                for holder in hidden:
+                    holder.reset_mem()
+            out = torch.stack([_first(module(x[t])) for t in range(x.shape[0])])
+            return {"output": out}, HIDDEN, {}, largest_step_bytes((x, out))
         if not stateful:
             flat = module(x.reshape(-1, *x.shape[2:]))
             out = flat.reshape(x.shape[0], x.shape[1], *flat.shape[1:])
@@ -79,6 +86,27 @@ def eager_stepper(
         return {"output": out}, state, {}, largest_step_bytes((x, out))
 
     return step_module
+
+
+HIDDEN = "kept inside the module"
+"""The state :func:`nirbridge.run` returns for a module that keeps its state in its
+submodules (snntorch's ``init_hidden=True``): pass it back as ``state=`` to continue;
+any other state (``None``) resets them first."""
+
+
+def hidden_state_modules(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The submodules that keep their state between calls, snntorch's way: neurons built
+    with ``init_hidden=True``, which ``reset_mem()`` resets."""
+    return [
+        m
+        for m in module.modules()
+        if getattr(m, "init_hidden", False) is True and callable(getattr(m, "reset_mem", None))
+    ]
+
+
+def _first(out: Any) -> torch.Tensor:
+    """A step's output: snntorch's output layers return ``(spikes, membrane, ...)``."""
+    return out[0] if isinstance(out, (tuple, list)) else out
 
 
 def largest_step_bytes(values: Iterable[Any]) -> int:

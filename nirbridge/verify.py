@@ -1,11 +1,24 @@
 """Equivalence reports: run two modules on the same inputs and compare them node by node.
 
 ``nirbridge.verify(reference, candidate, inputs)`` runs both with :func:`nirbridge.run`,
-recording every node, and compares each output and each record the two have in common:
-spikes by count per neuron and step by step, continuous values by their largest and
-mean absolute difference. The :class:`Report` names the first time step and node at
-which the two diverge; a divergence shows first at the node that causes it, since the
-nodes it feeds diverge at the same step or later and come after it in step order.
+recording every node both can record (a module nirbridge built records every node and
+state variable; any other module, such as a native snntorch or norse network, only its
+outputs), and compares each output and each record the two have in common: spikes by
+count per neuron and step by step, continuous values by their largest and mean
+absolute difference. The :class:`Report` names the first time step and node at which
+the two diverge; a divergence shows first at the node that causes it, since the nodes
+it feeds diverge at the same step or later and come after it in step order.
+
+Agreement must mean something:
+
+- NaN or infinity on either side is a difference (two NaNs do not agree).
+- Spike comparisons carry both sides' spike totals. One in which neither side spikes is
+  *silent*: it proves nothing, so it warns (:class:`nirbridge.SilentNetworkWarning`)
+  and the report is not ``ok`` unless ``allow_silent=True``.
+- Continuous values are compared relative to each record's magnitude: ``a`` and ``b``
+  (the reference) diverge where ``|a − b| > atol + rtol·max(|b|, m)``, ``m`` the
+  largest finite ``|b|`` of the record, so float32 rounding in a membrane of size 1e3
+  is not taken for a divergence at the values near 0.
 """
 
 from __future__ import annotations
@@ -13,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -20,7 +34,7 @@ import nir
 import torch
 
 from .engine.schedule import is_built, level_of
-from .errors import NirBridgeError
+from .errors import NirBridgeError, SilentNetworkWarning
 from .run import Run, _module, run
 
 __all__ = ["BACKENDS", "Comparison", "Report", "VerifyError", "verify"]
@@ -37,11 +51,15 @@ class Comparison:
         spike_agreement: for spikes, the fraction of neurons (per sample) whose spike
             counts agree; ``None`` for continuous values.
         max_count_difference: for spikes, the largest difference in spike counts.
-        first_step: the first time step at which the values diverge (spikes differ, or
-            a difference exceeds ``atol + rtol·|reference|``); ``None`` if they never do.
+        first_step: the first time step at which the values diverge (spikes differ, a
+            difference exceeds ``atol + rtol·max(|reference|, m)`` with ``m`` the
+            record's largest ``|reference|``, or either side is NaN or infinite);
+            ``None`` if they never do.
         problem: set when the two cannot be compared (shapes differ).
         count_differences: for spikes, candidate minus reference spike count of each
             neuron, ``[B, ...]``; ``None`` for continuous values.
+        reference_spikes, candidate_spikes: for spikes, each side's total spike count
+            over all steps, samples and neurons; ``None`` for continuous values.
     """
 
     key: str
@@ -53,18 +71,35 @@ class Comparison:
     first_step: int | None
     problem: str | None = None
     count_differences: torch.Tensor | None = dataclasses.field(default=None, repr=False)
+    reference_spikes: int | None = None
+    candidate_spikes: int | None = None
 
     @property
     def ok(self) -> bool:
+        """The two agree (for spikes, also where neither side spikes: see :attr:`silent`)."""
         return self.problem is None and self.first_step is None
+
+    @property
+    def silent(self) -> bool:
+        """Spikes that agree because neither side spikes at all: a vacuous agreement."""
+        return self.spikes and self.ok and self.reference_spikes == 0 and self.candidate_spikes == 0
+
+    @property
+    def status(self) -> str:
+        """``"ok"``, ``"silent"``, ``"DIFFERS"`` or why the two could not be compared."""
+        if self.problem is not None:
+            return self.problem
+        return "DIFFERS" if not self.ok else "silent" if self.silent else "ok"
 
 
 @dataclasses.dataclass
 class Report:
     """The result of :func:`verify`: one :class:`Comparison` per output and common record.
 
-    ``ok`` holds when every comparison agrees; ``first_divergence`` is ``(step, key)``
-    of the earliest divergence (ties broken by the order one step evaluates nodes), or
+    ``ok`` holds when every comparison agrees and, unless ``allow_silent``, none is
+    silent (no spike on either side); ``agree`` only asks for agreement; ``silent``
+    lists the silent comparisons' keys. ``first_divergence`` is ``(step, key)`` of the
+    earliest divergence (ties broken by the order one step evaluates nodes), or
     ``None``. ``only_reference``/``only_candidate`` list records the other run lacks.
     """
 
@@ -76,10 +111,22 @@ class Report:
     only_candidate: list[str] = dataclasses.field(default_factory=list)
     reference_run: Run | None = dataclasses.field(default=None, repr=False)
     candidate_run: Run | None = dataclasses.field(default=None, repr=False)
+    allow_silent: bool = False
+
+    @property
+    def agree(self) -> bool:
+        """Every comparison agrees (silent ones included)."""
+        return all(c.ok for c in self.comparisons)
+
+    @property
+    def silent(self) -> list[str]:
+        """Keys of the spike comparisons in which neither side spikes."""
+        return [c.key for c in self.comparisons if c.silent]
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.comparisons)
+        """Every comparison agrees, and none is silent unless ``allow_silent``."""
+        return self.agree and (self.allow_silent or not self.silent)
 
     @property
     def first_divergence(self) -> tuple[int, str] | None:
@@ -99,7 +146,16 @@ class Report:
 
     def table(self) -> str:
         """The comparisons as a text table, one row per output or record."""
-        header = ("key", "kind", "max |diff|", "mean |diff|", "spike counts agree", "first step", "")
+        header = (
+            "key",
+            "kind",
+            "spikes ref / cand",
+            "max |diff|",
+            "mean |diff|",
+            "spike counts agree",
+            "first step",
+            "",
+        )
         rows = [header]
         for c in self.comparisons:
             agree = (
@@ -111,11 +167,12 @@ class Report:
                 (
                     c.key,
                     "spikes" if c.spikes else "values",
+                    f"{c.reference_spikes} / {c.candidate_spikes}" if c.reference_spikes is not None else "-",
                     f"{c.max_abs:.3g}",
                     f"{c.mean_abs:.3g}",
                     agree,
                     "-" if c.first_step is None else str(c.first_step),
-                    "ok" if c.ok else (c.problem or "DIFFERS"),
+                    c.status,
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -124,7 +181,17 @@ class Report:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        verdict = "equivalent" if self.ok else "NOT equivalent"
+        silent = self.silent
+        if not self.agree:
+            verdict = "NOT equivalent"
+        elif silent:
+            verdict = (
+                f"agree, but {len(silent)} spike comparison(s) are silent on both sides, which proves "
+                f"nothing: {', '.join(silent)}"
+                + ("" if self.allow_silent else " (not ok; allow_silent=True accepts it)")
+            )
+        else:
+            verdict = "equivalent"
         first = self.first_divergence
         lines = [
             f"verify: {verdict} over {self.steps} steps (atol={self.atol:g}, rtol={self.rtol:g})"
@@ -147,10 +214,11 @@ def verify(
     *,
     atol: float = 1e-6,
     rtol: float = 1e-5,
-    record: str | Iterable[str] = "all",
+    record: str | Iterable[str] | None = None,
     state: tuple[Any, Any] | None = None,
     dt: float | None = None,
     allow_negative_tau: bool = False,
+    allow_silent: bool = False,
 ) -> Report:
     """Run ``reference`` and ``candidate`` on the same inputs and compare them.
 
@@ -163,19 +231,29 @@ def verify(
             built with that simulator's neurons (``from_nir``); a file of that name
             is passed as a ``pathlib.Path``.
         inputs: time first, ``[T, B, ...]`` (a dict by Input name for several).
-        atol: a continuous value diverges where ``|a − b| > atol + rtol·|b|`` (``b``
-            the reference); spikes must be identical.
+        atol: a continuous value diverges where ``|a − b| > atol + rtol·max(|b|, m)``
+            (``b`` the reference, ``m`` the largest finite ``|b|`` of the record), or
+            where either is NaN or infinite; spikes must be identical.
         rtol: see ``atol``.
-        record: what to compare besides the outputs (default every node; ``()`` for
-            the outputs only).
+        record: what to compare besides the outputs: ``None`` (the default) records
+            every node and state variable where both modules were built by nirbridge
+            (``nir_to_torch`` or an adapter's ``from_nir``), and compares only the
+            outputs otherwise (a native snntorch or norse module has no records);
+            ``"all"``, node paths as :func:`nirbridge.run` takes them, or ``()``.
         state: ``(reference_state, candidate_state)`` to start from; fresh by default.
         dt: time step for graphs and paths.
         allow_negative_tau: build graphs and paths whose time constants are below 0 as
             they are (see :func:`nirbridge.nir_to_torch`).
+        allow_silent: let spike comparisons in which neither side spikes count as
+            agreement in ``report.ok``; by default they make it ``False`` (and warn
+            either way).
 
     Returns:
-        A :class:`Report`; ``report.ok`` says whether the two agree, ``print(report)``
-        shows the table.
+        A :class:`Report`; ``report.ok`` says whether the two agree on something,
+        ``print(report)`` shows the table.
+
+    Warns:
+        SilentNetworkWarning: spike comparisons in which neither side spikes, named.
     """
     for name, value in (("atol", atol), ("rtol", rtol)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
@@ -183,13 +261,18 @@ def verify(
                 f"verify({name}={value!r}): give a finite tolerance of 0 or more (NaN would let every "
                 "value pass)"
             )
+    if not isinstance(allow_silent, bool):
+        raise VerifyError(f"verify(allow_silent={allow_silent!r}): give True or False")
     states = state if state is not None else (None, None)
     if isinstance(candidate, str) and candidate in BACKENDS:  # a file called so: pass a Path
         candidate = _build_with(candidate, reference, dt, allow_negative_tau)
     reference, _ = _module(_built(reference, dt, allow_negative_tau), dt)
     candidate, _ = _module(_built(candidate, dt, allow_negative_tau), dt)
     dt = None  # built now, each at its own time step
-    with torch.no_grad():
+    if record is None:
+        record = "all" if is_built(reference) and is_built(candidate) else ()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", SilentNetworkWarning)  # said once below, for both runs
         ref = run(reference, inputs, record=record, state=states[0], dt=dt, progress=False)
         cand = run(candidate, inputs, record=record, state=states[1], dt=dt, progress=False)
     steps = _steps(ref)
@@ -202,7 +285,7 @@ def verify(
     for key, (name, a, b) in _outputs(ref, cand).items():
         spikes = name in ref.spiking_outputs or name in cand.spiking_outputs
         comparisons.append(_compare(key, a, b, spikes, atol, rtol))
-    return Report(
+    report = Report(
         comparisons=comparisons,
         atol=atol,
         rtol=rtol,
@@ -211,7 +294,17 @@ def verify(
         only_candidate=[k for k in cand.records if k not in ref.records],
         reference_run=ref,
         candidate_run=cand,
+        allow_silent=allow_silent,
     )
+    silent = report.silent
+    if silent:
+        warnings.warn(
+            f"verify: neither side spikes in {', '.join(repr(k) for k in silent)} over {steps} steps, so "
+            "their agreement proves nothing. " + _silence_hint(ref.dt, reference),
+            SilentNetworkWarning,
+            stacklevel=2,
+        )
+    return report
 
 
 BACKENDS = ("nirbridge", "norse", "snntorch")
@@ -283,17 +376,20 @@ def _compare(key: str, a: Any, b: Any, spikes: bool, atol: float, rtol: float) -
     difference = (a64 - b64).abs()
     steps = a64.shape[0]
     per_step = difference.reshape(steps, -1)
+    broken = (~a64.isfinite() | ~b64.isfinite()).reshape(steps, -1)  # NaN or inf: never agreement
+    totals: tuple[int | None, int | None] = (None, None)
     if spikes:
-        bad = per_step.ne(0).any(dim=1)
-        differences = (b64.sum(0) - a64.sum(0)).to(torch.int64)  # candidate minus reference
+        bad = (per_step.ne(0) | broken).any(dim=1)
+        differences = (b64.sum(0) - a64.sum(0)).nan_to_num(0.0).to(torch.int64)  # candidate minus reference
         counts = differences.abs()
         agreement = float(counts.eq(0).double().mean()) if counts.numel() else 1.0
         max_count = int(counts.max()) if counts.numel() else 0
+        totals = (_total(a64), _total(b64))
     else:
-        limit = (atol + rtol * b64.abs()).reshape(steps, -1)
-        nan_a, nan_b = a64.isnan().reshape(steps, -1), b64.isnan().reshape(steps, -1)
-        bad = ((per_step > limit) | (nan_a != nan_b)).any(dim=1)  # NaN where both are NaN agrees
-        difference = torch.where(a64.isnan() & b64.isnan(), 0.0, difference)
+        finite = b64.abs()[b64.isfinite()]
+        magnitude = float(finite.max()) if finite.numel() else 0.0
+        limit = (atol + rtol * b64.abs().clamp(min=magnitude)).reshape(steps, -1)
+        bad = ((per_step > limit) | broken).any(dim=1)
         agreement, max_count, differences = None, None, None
     diverged = torch.nonzero(bad)
     return Comparison(
@@ -305,4 +401,17 @@ def _compare(key: str, a: Any, b: Any, spikes: bool, atol: float, rtol: float) -
         max_count_difference=max_count,
         first_step=int(diverged[0, 0]) if diverged.numel() else None,
         count_differences=differences,
+        reference_spikes=totals[0],
+        candidate_spikes=totals[1],
     )
+
+
+def _total(spikes: torch.Tensor) -> int:
+    """All spikes of a record (NaN counts as none; the comparison is broken anyway)."""
+    return int(spikes.nan_to_num(0.0, posinf=0.0, neginf=0.0).ne(0).sum())
+
+
+def _silence_hint(dt: float, module: Any) -> str:
+    from .run import silence_hint
+
+    return silence_hint(dt, module)

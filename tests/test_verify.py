@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import nir
@@ -134,7 +135,8 @@ def test_files_with_negative_time_constants_verify_when_asked_to():
         with pytest.raises(nirbridge.ParameterError, match="allow_negative_tau=True"):
             nirbridge.verify(path, "snntorch", x, dt=1e-4)
         report = nirbridge.verify(path, "snntorch", x, dt=1e-4, allow_negative_tau=True)
-    assert report.ok, report
+    assert report.agree and report.silent == ["LIF", "LIF_1"]  # spyx's τ: thousands of seconds
+    assert not report.ok, report
 
 
 def test_tolerances_that_would_pass_anything_are_refused():
@@ -150,3 +152,115 @@ def test_tolerances_that_would_pass_anything_are_refused():
     for tolerances in ({"atol": float("nan")}, {"rtol": float("inf")}, {"atol": -1.0}):
         with pytest.raises(nirbridge.VerifyError, match="give a finite tolerance of 0 or more"):
             nirbridge.verify(graph, graph, x, **tolerances)
+
+
+# ----------------------------------------------------------------------------- honest agreement
+
+
+def lif_chain(threshold: float, weight: float = 3.0) -> nir.NIRGraph:
+    n = 4
+    nodes = {
+        "input": nir.Input(np.array([n])),
+        "fc": nir.Linear(np.eye(n) * weight),
+        "lif": nir.LIF(
+            tau=np.full(n, 2e-3), r=np.full(n, 10.0), v_leak=np.zeros(n), v_threshold=np.full(n, threshold)
+        ),
+        "output": nir.Output(np.array([n])),
+    }
+    edges = [("input", "fc"), ("fc", "lif"), ("lif", "output")]
+    return nir.NIRGraph(nodes, edges, metadata={"dt": 1e-4}, type_check=False)
+
+
+def test_a_comparison_where_neither_side_spikes_is_silent_not_ok():
+    x = spikes(steps=40, width=4)
+    silent = nirbridge.nir_to_torch(lif_chain(threshold=1e6))
+    with pytest.warns(
+        nirbridge.SilentNetworkWarning, match=r"neither side spikes in 'lif', 'output' over 40 steps"
+    ):
+        report = nirbridge.verify(silent, copy.deepcopy(silent), x)
+    lif = report["lif"]
+    assert lif.ok and lif.silent and lif.status == "silent"
+    assert (lif.reference_spikes, lif.candidate_spikes) == (0, 0)
+    assert report.agree and not report.ok and report.silent == ["lif", "output"]
+    assert str(report).startswith("verify: agree, but 2 spike comparison(s) are silent on both sides")
+    row = next(line for line in report.table().splitlines() if line.startswith("lif "))
+    assert "0 / 0" in row and row.rstrip().endswith("silent")
+    with pytest.warns(nirbridge.SilentNetworkWarning), pytest.raises(AssertionError, match="silent"):
+        assert_equivalent(silent, copy.deepcopy(silent), x)
+    with pytest.warns(nirbridge.SilentNetworkWarning):
+        assert assert_equivalent(silent, copy.deepcopy(silent), x, allow_silent=True).ok
+    # a network that spikes carries both sides' totals, counted independently here
+    firing = nirbridge.nir_to_torch(lif_chain(threshold=1.0))
+    report = nirbridge.verify(firing, copy.deepcopy(firing), x)
+    with torch.no_grad():
+        expected = int(nirbridge.run(firing, x).output.count_nonzero())
+    assert report.ok and report["lif"].reference_spikes == report["lif"].candidate_spikes == expected > 0
+    assert f"{expected} / {expected}" in report.table()
+
+
+def test_nan_and_infinity_are_differences_even_on_both_sides():
+    gm = nirbridge.nir_to_torch(lif_chain(threshold=1.0))
+    x = spikes(steps=20, width=4)
+    x[5, 0, 1] = float("nan")
+    x[7, 1, 2] = float("inf")
+    report = nirbridge.verify(gm, copy.deepcopy(gm), x)
+    assert not report.ok and not report.agree
+    assert report["fc"].status == "DIFFERS" and report["fc"].first_step == 5
+    assert report["lif.v"].first_step == 5
+
+
+class InFloat64(torch.nn.Module):
+    """A float32 module's interface around a float64 computation of the same graph (held
+    in a tuple, so that its float64 parameters are not this module's)."""
+
+    def __init__(self, graph: nir.NIRGraph) -> None:
+        super().__init__()
+        self.inner = (nirbridge.nir_to_torch(graph, dtype=torch.float64),)
+
+    def forward(self, x, state=None):
+        out, state = self.inner[0](x.double(), state)
+        return out.float(), state
+
+
+def test_values_are_compared_relative_to_the_records_magnitude():
+    # LI membranes of size ~1e3 that cross 0: float32 against float64 differs by float32's
+    # rounding of 1e3, far above atol near the crossings, far below rtol·1e3
+    rng = np.random.default_rng(0)
+    n = 16
+    nodes = {
+        "input": nir.Input(np.array([n])),
+        "fc": nir.Linear(rng.normal(size=(n, n)) * 3000),
+        "li": nir.LI(tau=np.full(n, 1e-3), r=np.ones(n), v_leak=np.zeros(n)),
+        "output": nir.Output(np.array([n])),
+    }
+    graph = nir.NIRGraph(
+        nodes, [("input", "fc"), ("fc", "li"), ("li", "output")], metadata={"dt": 1e-4}, type_check=False
+    )
+    x = torch.from_numpy(rng.normal(size=(60, 3, n))).float()
+    reference, candidate = InFloat64(graph), nirbridge.nir_to_torch(graph)
+    report = nirbridge.verify(reference, candidate, x)
+    a, b = report.candidate_run.output.double(), report.reference_run.output.double()
+    assert b.abs().max() > 1000
+    assert ((a - b).abs() > 1e-6 + 1e-5 * b.abs()).any()  # what an element-wise rtol would call a divergence
+    assert report.ok, report
+    with torch.no_grad():
+        candidate.fc.weight[3, 5] *= 1.001  # a real divergence is still found
+    assert not nirbridge.verify(reference, candidate, x).ok
+
+
+def test_native_simulator_modules_verify_without_record():
+    import snntorch as snn
+
+    torch.manual_seed(2)
+    native = torch.nn.Sequential(
+        torch.nn.Linear(12, 8), snn.Leaky(beta=0.9, init_hidden=True, output=True, reset_mechanism="zero")
+    )
+    with torch.no_grad():
+        native[0].weight.uniform_(0.1, 0.6)
+    imported = nirbridge.nir_to_torch(snntorch_adapter.to_nir(native, torch.zeros(1, 12)))
+    x = spikes(steps=50)
+    report = nirbridge.verify(native, imported, x)  # no record=: outputs only, for the native side
+    assert [c.key for c in report.comparisons] == ["output"]
+    assert report.ok and report["output"].reference_spikes > 0, report
+    report = nirbridge.verify(imported, native, x)
+    assert report.ok and report["output"].candidate_spikes == report["output"].reference_spikes

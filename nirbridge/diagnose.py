@@ -49,8 +49,12 @@ def _unsupported(
         named = {k: _named_type(k.split(" ", 2)[1]) for k in offenders if k.startswith("module ")}
         found_neurons = {k: t for k, t in named.items() if t is not None and _neuron_type(t)}
     found_neurons = {k: t for k, t in found_neurons.items() if k in offenders}
-    layers_first = [k for k in offenders if k.startswith("module ") and k not in found_neurons]
     fixes = []
+    without = {k: _NO_COUNTERPART[k.split(" ", 2)[1]] for k in offenders if _without_counterpart(k)}
+    fixes += list(dict.fromkeys(without.values()))
+    layers_first = [
+        k for k in offenders if k.startswith("module ") and k not in found_neurons and k not in without
+    ]
     if layers_first:
         example = layers_first[0].split(" ", 2)[1]
         example = f"nn.{example}" if "." not in example else example
@@ -60,14 +64,38 @@ def _unsupported(
         )
     if found_neurons:
         fixes.append(_neuron_fix(list(dict.fromkeys(found_neurons.values())), the_map))
-    if not fixes:
-        example = next(iter(offenders)).split(" ", 2)[1]
+    if not fixes or (not layers_first and not found_neurons and len(without) < len(offenders)):
+        example = next(k for k in offenders if k not in without).split(" ", 2)[1]
         fixes.append(
             f"map the function to a NIR node with module_map={{{example}: fn}}, where "
             "fn(*args, **kwargs) gets the call's arguments and returns a nir.NIRNode; or map "
             "the module that calls it (named in parentheses) to one NIR node"
         )
     return UnsupportedModuleError(offenders, supported, ". ".join(fixes))
+
+
+_MAX_POOL = (
+    "NIR has no max pooling, so no NIR simulator or chip can run {kinds}: replace it with "
+    "nn.AvgPool2d (exported as NIR's AvgPool2d) or nirbridge.layers.SumPool2d (NIR's SumPool2d) "
+    "and retrain; skip= would drop the pooling and change every shape after it"
+)
+_BATCH_NORM = (
+    "NIR has no batch normalisation: fold {kinds} into the layer before it before exporting "
+    "(torch.nn.utils.fusion.fuse_conv_bn_eval(conv, bn) for a convolution, "
+    "fuse_linear_bn_eval(linear, bn) for a Linear, in eval mode)"
+)
+_NO_COUNTERPART = {
+    **{f"MaxPool{d}d": _MAX_POOL.format(kinds=f"nn.MaxPool{d}d") for d in (1, 2, 3)},
+    **{f"AdaptiveMaxPool{d}d": _MAX_POOL.format(kinds=f"nn.AdaptiveMaxPool{d}d") for d in (1, 2, 3)},
+    **{f"BatchNorm{d}d": _BATCH_NORM.format(kinds=f"nn.BatchNorm{d}d") for d in (1, 2, 3)},
+}
+"""torch modules NIR has no node for, by class name: what to do instead of skip=."""
+
+
+def _without_counterpart(offender: str) -> bool:
+    """``offender`` ("module MaxPool2d", "function ...") names a torch.nn module NIR has no node for."""
+    kind, _, rest = offender.partition(" ")
+    return kind == "module" and rest.split(" ", 1)[0] in _NO_COUNTERPART
 
 
 def _named_type(name: str) -> type | None:

@@ -416,6 +416,30 @@ def test_skip_bridges_the_edges_of_removed_modules():
         nirbridge.torch_to_nir(model)
 
 
+def test_max_pooling_and_batch_norm_say_what_to_use_instead_of_skip():
+    # snntorch's CSNN tutorial network, which pools with nn.MaxPool2d
+    csnn = nn.Sequential(
+        nn.Conv2d(1, 12, 5),
+        nn.MaxPool2d(2),
+        snn.Leaky(beta=0.5, init_hidden=True),
+        nn.Flatten(),
+        nn.Linear(12 * 12 * 12, 10),
+        snn.Leaky(beta=0.5, init_hidden=True, output=True),
+    )
+    with pytest.raises(nirbridge.UnsupportedModuleError) as info:
+        snntorch_adapter.to_nir(csnn, torch.zeros(1, 1, 28, 28))
+    message = " ".join(str(info.value).split())
+    assert "module MaxPool2d: '1'" in message
+    assert "NIR has no max pooling" in message and "replace it with nn.AvgPool2d" in message
+    assert "skip=(nn.MaxPool2d,)" not in message and "skip= would drop the pooling" in message
+    mixed = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.GELU())
+    with pytest.raises(nirbridge.UnsupportedModuleError) as info:
+        nirbridge.torch_to_nir(mixed, example_input=torch.zeros(2, 4))
+    message = " ".join(str(info.value).split())
+    assert "NIR has no batch normalisation: fold nn.BatchNorm1d into the layer before it" in message
+    assert "fuse_linear_bn_eval" in message and "skip=(nn.GELU,)" in message  # the others: the usual advice
+
+
 class EverythingWrong(nn.Module):
     def __init__(self):
         super().__init__()

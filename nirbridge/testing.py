@@ -11,8 +11,10 @@ __all__ = ["assert_equivalent"]
 
 def assert_equivalent(reference: Any, candidate: Any, inputs: Any, **options: Any) -> Report:
     """:func:`nirbridge.verify` that raises ``AssertionError`` with the report's table
-    when the two differ, and returns the report when they agree. ``options`` are
-    :func:`nirbridge.verify`'s keywords (``atol``, ``rtol``, ``record``, ``state``, ``dt``)."""
+    when the two differ, or when a spike comparison is silent on both sides (which
+    proves nothing) unless ``allow_silent=True``, and returns the report when they
+    agree. ``options`` are :func:`nirbridge.verify`'s keywords (``atol``, ``rtol``,
+    ``record``, ``state``, ``dt``, ``allow_negative_tau``, ``allow_silent``)."""
     report = verify(reference, candidate, inputs, **options)
     if not report.ok:
         raise AssertionError(str(report))

@@ -6,6 +6,11 @@ marked, nested graphs drawn as boxes around their nodes.
 Python package and ``dot`` program are installed, else with matplotlib, and the text
 forms for ``.dot``/``.gv`` and ``.mmd``. Delayed edges are the ones
 :func:`nirbridge.graph.plan` finds: they carry the previous step's value.
+
+Every form takes ``rankdir``: ``"LR"`` lays the graph out left to right, ``"TB"`` top
+to bottom, and ``None`` (the default) picks ``"TB"`` for a graph whose longest chain of
+undelayed edges has more than :data:`LONG_CHAIN` nodes (a deep CNN), so that it is not
+drawn as a wide strip, and ``"LR"`` otherwise.
 """
 
 from __future__ import annotations
@@ -19,12 +24,24 @@ from typing import Any
 import nir
 
 from . import graph as graph_utils
-from .errors import NirBridgeError
+from .errors import NirBridgeError, ParameterError
 from .io import atomic_write
 
-__all__ = ["ENGINES", "Layout", "draw", "layout", "to_dot", "to_mermaid"]
+__all__ = [
+    "ENGINES",
+    "LONG_CHAIN",
+    "RANKDIRS",
+    "Layout",
+    "draw",
+    "layout",
+    "rankdir_for",
+    "to_dot",
+    "to_mermaid",
+]
 
 ENGINES = ("auto", "graphviz", "matplotlib")
+RANKDIRS = ("TB", "LR")  # top to bottom, left to right
+LONG_CHAIN = 8  # rankdir=None draws top to bottom when the longest chain has more nodes
 PICTURES = (".svg", ".png", ".pdf")
 TEXTS = {".dot": "dot", ".gv": "dot", ".mmd": "mermaid"}
 
@@ -117,6 +134,21 @@ def layout(graph: nir.NIRNode) -> Layout:
     return result
 
 
+def rankdir_for(drawn: Layout, rankdir: str | None = None) -> str:
+    """The direction to draw ``drawn`` in: ``rankdir`` itself (``"TB"`` or ``"LR"``),
+    or for ``None`` ``"TB"`` when its longest chain of undelayed edges has more than
+    :data:`LONG_CHAIN` nodes, else ``"LR"``. Anything else raises
+    :class:`~nirbridge.ParameterError` naming the value."""
+    if rankdir is None:
+        return "TB" if max(_columns(drawn).values(), default=0) + 1 > LONG_CHAIN else "LR"
+    if not isinstance(rankdir, str) or rankdir not in RANKDIRS:
+        raise ParameterError(
+            f"rankdir={rankdir!r}: use 'TB' (top to bottom), 'LR' (left to right) or None (TB for "
+            f"graphs whose longest chain has more than {LONG_CHAIN} nodes, else LR)"
+        )
+    return rankdir
+
+
 def _label(box: Box) -> list[str]:
     return [box.name, f"{box.type} {box.shape}".strip()]
 
@@ -130,13 +162,14 @@ def _quoted(*lines: str) -> str:
     return '"' + "\\n".join(_escaped(line) for line in lines) + '"'
 
 
-def to_dot(graph: nir.NIRNode) -> str:
+def to_dot(graph: nir.NIRNode, *, rankdir: str | None = None) -> str:
     """The graph as Graphviz DOT text: boxes with name, type and shape; delayed edges
-    dashed, red and labelled ``delayed``; nested graphs as dashed clusters."""
+    dashed, red and labelled ``delayed``; nested graphs as dashed clusters. ``rankdir``
+    as in :func:`rankdir_for` (``"TB"``, ``"LR"``, or ``None`` to pick by depth)."""
     drawn = layout(graph)
     lines = [
         "digraph nir {",
-        '  rankdir=LR; fontname="Helvetica"; fontsize=11;',
+        f'  rankdir={rankdir_for(drawn, rankdir)}; fontname="Helvetica"; fontsize=11;',
         '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=11];',
         '  edge [fontname="Helvetica", fontsize=9];',
     ]
@@ -163,12 +196,13 @@ def to_dot(graph: nir.NIRNode) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_mermaid(graph: nir.NIRNode) -> str:
+def to_mermaid(graph: nir.NIRNode, *, rankdir: str | None = None) -> str:
     """The graph as a Mermaid flowchart: the same boxes, delayed edges dotted and
-    labelled ``delayed``, nested graphs as subgraphs."""
+    labelled ``delayed``, nested graphs as subgraphs. ``rankdir`` as in
+    :func:`rankdir_for` (``"TB"``, ``"LR"``, or ``None`` to pick by depth)."""
     drawn = layout(graph)
     ids = {name: f"n{i}" for i, name in enumerate([*drawn.boxes, *drawn.members])}
-    lines = ["flowchart LR"]
+    lines = [f"flowchart {rankdir_for(drawn, rankdir)}"]
 
     def text(value: str) -> str:
         return '"' + value.replace('"', "#quot;") + '"'
@@ -188,7 +222,9 @@ def to_mermaid(graph: nir.NIRNode) -> str:
     return "\n".join(lines) + "\n"
 
 
-def draw(graph: nir.NIRNode, path: str | os.PathLike[str], *, engine: str = "auto") -> str:
+def draw(
+    graph: nir.NIRNode, path: str | os.PathLike[str], *, engine: str = "auto", rankdir: str | None = None
+) -> str:
     """Write a picture of ``graph`` to ``path`` and return what drew it.
 
     The file's suffix picks the form: ``.svg``, ``.png`` or ``.pdf`` for a picture,
@@ -197,13 +233,23 @@ def draw(graph: nir.NIRNode, path: str | os.PathLike[str], *, engine: str = "aut
     installed, else with matplotlib; where neither is, it writes the DOT text to
     ``path`` with ``.dot`` added and returns ``"dot text"``. The file is written
     through a temporary file, so a failed drawing leaves no half-written picture.
+
+    ``rankdir`` is the direction of the drawing, for every engine and text form:
+    ``"TB"`` top to bottom, ``"LR"`` left to right, or ``None`` (the default) for
+    ``"TB"`` when the longest chain of undelayed edges has more than
+    :data:`LONG_CHAIN` nodes and ``"LR"`` otherwise; any other value raises
+    :class:`~nirbridge.ParameterError`.
     """
     target = os.fspath(path)
     suffix = os.path.splitext(target)[1].lower()
     if engine not in ENGINES:
         raise NirBridgeError(f"engine={engine!r}: use one of {', '.join(ENGINES)}")
+    drawn = layout(graph)
+    rankdir = rankdir_for(drawn, rankdir)
     if suffix in TEXTS:
-        text = to_dot(graph) if TEXTS[suffix] == "dot" else to_mermaid(graph)
+        text = (
+            to_dot(graph, rankdir=rankdir) if TEXTS[suffix] == "dot" else to_mermaid(graph, rankdir=rankdir)
+        )
         atomic_write(target, lambda tmp: _write_text(tmp, text))
         return f"{TEXTS[suffix]} text"
     if suffix not in PICTURES:
@@ -221,17 +267,17 @@ def draw(graph: nir.NIRNode, path: str | os.PathLike[str], *, engine: str = "aut
             )
         import graphviz
 
-        image = graphviz.Source(to_dot(graph)).pipe(format=suffix[1:])
+        image = graphviz.Source(to_dot(graph, rankdir=rankdir)).pipe(format=suffix[1:])
         atomic_write(target, lambda tmp: _write_bytes(tmp, image))
         return "graphviz"
     if engine == "matplotlib":
         if not _has_matplotlib():
             raise NirBridgeError("engine='matplotlib' needs matplotlib: pip install matplotlib")
-        figure = _matplotlib_figure(layout(graph))
+        figure = _matplotlib_figure(drawn, rankdir)
         atomic_write(target, lambda tmp: figure.savefig(tmp, format=suffix[1:]))
         return "matplotlib"
     text_path = target + ".dot"
-    atomic_write(text_path, lambda tmp: _write_text(tmp, to_dot(graph)))
+    atomic_write(text_path, lambda tmp: _write_text(tmp, to_dot(graph, rankdir=rankdir)))
     return "dot text"
 
 
@@ -282,23 +328,35 @@ def _columns(drawn: Layout) -> dict[str, int]:
     return column
 
 
-def _matplotlib_figure(drawn: Layout) -> Any:
-    """A layered drawing: columns by longest undelayed path, nested graphs as dashed
-    boxes around their nodes, delayed edges as red dashed arcs labelled ``delayed``."""
+def _matplotlib_figure(drawn: Layout, rankdir: str = "LR") -> Any:
+    """A layered drawing: ranks by longest undelayed path, left to right (``"LR"``) or
+    top to bottom (``"TB"``); nested graphs as dashed boxes around their nodes, delayed
+    edges as red dashed arcs labelled ``delayed``."""
     from matplotlib.figure import Figure
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
     column = _columns(drawn)
     rows: dict[int, int] = {}
     position: dict[str, tuple[float, float]] = {}
-    width, height, x_gap, y_gap = 2.2, 0.8, 3.0, 1.3
+    width, height = 2.2, 0.8
+    across = rankdir == "LR"
+    x_gap, y_gap = (3.0, 1.3) if across else (2.7, 1.5)  # between ranks and siblings
     for name in drawn.boxes:  # in graph order, so siblings keep their order
         c = column[name]
         r = rows.get(c, 0)
         rows[c] = r + 1
-        position[name] = (c * x_gap, -r * y_gap)
-    columns = max(column.values(), default=0) + 1
-    figure = Figure(figsize=(max(4.0, 1.9 * columns), max(2.0, 1.1 * max(rows.values(), default=1) + 0.6)))
+        position[name] = (c * x_gap, -r * y_gap) if across else (r * x_gap, -c * y_gap)
+    xs = [p[0] for p in position.values()] or [0.0]
+    ys = [p[1] for p in position.values()] or [0.0]
+    x_limits = (min(xs) - width, max(xs) + width + (0.0 if across else 1.0))
+    y_limits = (min(ys) - 1.2, max(ys) + 1.4)
+    scale = 0.65  # inches per unit
+    figure = Figure(
+        figsize=(
+            max(4.0, scale * (x_limits[1] - x_limits[0])),
+            max(2.0, scale * (y_limits[1] - y_limits[0])),
+        )
+    )
     ax = figure.add_subplot()
 
     def boxes_of(group: str) -> list[tuple[float, float]]:
@@ -336,9 +394,14 @@ def _matplotlib_figure(drawn: Layout) -> Any:
         )
     for a, b, delayed in drawn.edges:
         (xa, ya), (xb, yb) = position[a], position[b]
-        forward = xb > xa
-        start = (xa + width / 2, ya) if forward else (xa, ya + height / 2)
-        end = (xb - width / 2, yb) if forward else (xb, yb + height / 2)
+        if across:  # forward edges go right, from side to side; others arc over the top
+            forward = xb > xa
+            start = (xa + width / 2, ya) if forward else (xa, ya + height / 2)
+            end = (xb - width / 2, yb) if forward else (xb, yb + height / 2)
+        else:  # forward edges go down, from bottom to top; others arc round the right
+            forward = yb < ya
+            start = (xa, ya - height / 2) if forward else (xa + width / 2, ya)
+            end = (xb, yb + height / 2) if forward else (xb + width / 2, yb)
         arrow = FancyArrowPatch(
             start,
             end,
@@ -352,18 +415,20 @@ def _matplotlib_figure(drawn: Layout) -> Any:
         )
         ax.add_patch(arrow)
         if delayed:
-            ax.text(
-                (start[0] + end[0]) / 2,
-                max(start[1], end[1]) + 0.2 + 0.25 * abs(start[0] - end[0]) / x_gap,
-                "delayed",
-                color=DELAYED_COLOUR,
-                fontsize=7,
-                ha="center",
-            )
-    xs = [p[0] for p in position.values()] or [0.0]
-    ys = [p[1] for p in position.values()] or [0.0]
-    ax.set_xlim(min(xs) - width, max(xs) + width)
-    ax.set_ylim(min(ys) - 1.2, max(ys) + 1.4)
+            if across:
+                where = (
+                    (start[0] + end[0]) / 2,
+                    max(start[1], end[1]) + 0.2 + 0.25 * abs(start[0] - end[0]) / x_gap,
+                )
+            else:  # beside the middle of the arc (half way to arc3's control point)
+                dx, dy = end[0] - start[0], end[1] - start[1]
+                where = (
+                    (start[0] + end[0]) / 2 + 0.225 * dy + 0.1,
+                    (start[1] + end[1]) / 2 - 0.225 * dx,
+                )
+            ax.text(*where, "delayed", color=DELAYED_COLOUR, fontsize=7, ha="center" if across else "left")
+    ax.set_xlim(*x_limits)
+    ax.set_ylim(*y_limits)
     ax.set_aspect("equal")
     ax.axis("off")
     figure.tight_layout()

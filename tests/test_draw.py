@@ -3,6 +3,8 @@ Graphviz and matplotlib drawings of real files."""
 
 from __future__ import annotations
 
+import struct
+
 import nir
 import numpy as np
 import pytest
@@ -129,3 +131,50 @@ def test_text_forms_and_bad_output_names(tmp_path):
 def test_a_single_node_is_drawn_alone(tmp_path):
     node = nir.LIF(np.full(2, 1e-3), np.ones(2), np.zeros(2), np.ones(2), np.zeros(2))
     assert '"lif" [label="lif\\nLIF' in draw.to_dot(node)
+
+
+CNN = EXAMPLES / "NIR__paper__02_cnn__cnn_sinabs.nir"
+
+
+def png_size(path) -> tuple[int, int]:
+    """(width, height) in pixels, from the PNG header."""
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG")
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.mark.parametrize("engine", ["graphviz", "matplotlib"])
+def test_rankdir_draws_the_deep_cnn_top_to_bottom_by_default_and_left_to_right_on_request(tmp_path, engine):
+    cnn, braille = nirbridge.read(CNN), nirbridge.read(BRAILLE)
+    sizes = {}
+    for rankdir in (None, "TB", "LR"):
+        draw.draw(cnn, tmp_path / f"cnn-{rankdir}.png", engine=engine, rankdir=rankdir)
+        sizes[rankdir] = png_size(tmp_path / f"cnn-{rankdir}.png")
+    (w, h) = sizes[None]
+    assert sizes["TB"] == (w, h) and h > 3 * w  # 15 nodes in a chain: a column, not a strip
+    (w, h) = sizes["LR"]
+    assert w > 5 * h
+    draw.draw(braille, tmp_path / "braille.png", engine=engine)  # a short chain stays left to right
+    (w, h) = png_size(tmp_path / "braille.png")
+    assert w > 2 * h
+    draw.draw(braille, tmp_path / "braille-tb.png", engine=engine, rankdir="TB")
+    (w, h) = png_size(tmp_path / "braille-tb.png")
+    assert h > w
+
+
+def test_rankdir_reaches_the_text_forms_and_is_checked(tmp_path):
+    cnn, braille = nirbridge.read(CNN), nirbridge.read(BRAILLE)
+    assert "  rankdir=TB;" in draw.to_dot(cnn) and "  rankdir=LR;" in draw.to_dot(braille)
+    assert "  rankdir=LR;" in draw.to_dot(cnn, rankdir="LR")
+    assert draw.to_mermaid(cnn).startswith("flowchart TB\n")
+    assert draw.to_mermaid(braille, rankdir="TB").startswith("flowchart TB\n")
+    draw.draw(braille, tmp_path / "b.mmd", rankdir="TB")
+    assert (tmp_path / "b.mmd").read_text().startswith("flowchart TB\n")
+    draw.draw(cnn, tmp_path / "c.dot", rankdir="LR")
+    assert "  rankdir=LR;" in (tmp_path / "c.dot").read_text()
+    for bad in ("BT", "tb", 1):
+        with pytest.raises(nirbridge.ParameterError, match=rf"rankdir={bad!r}: use 'TB' \(top to bottom\)"):
+            draw.draw(cnn, tmp_path / "bad.svg", rankdir=bad)
+    with pytest.raises(nirbridge.ParameterError, match="rankdir='down'"):
+        draw.to_dot(cnn, rankdir="down")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.mmd", "c.dot"]

@@ -23,6 +23,7 @@ import functools
 import json
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -36,7 +37,7 @@ import nir
 import numpy as np
 
 from . import graph as graph_utils
-from .draw import ENGINES
+from .draw import ENGINES, RANKDIRS
 from .errors import InputError, NirBridgeError, NirFileError, ParameterError
 from .io import NirFile, load
 from .limits import check_memory
@@ -139,8 +140,49 @@ def summarize(loaded: NirFile) -> dict[str, Any]:
         "parameter_bytes": size,
         "parameters_by_dtype": dict(sorted(values.items(), key=lambda item: (-item[1], item[0]))),
         "dt": _dt(getattr(root, "metadata", None)),
-        "warnings": [message for _, message in loaded.warnings],
+        "warnings": [message for _, message in loaded.warnings] + _health(root),
     }
+
+
+def _health(root: Any) -> list[str]:
+    """What importing the file would refuse or warn about, in the command line's terms:
+    meaningless and suspicious parameters (:func:`nirbridge.validate.review`) and a dt
+    too large for the neurons' time constants, at the file's dt (else the assumed one)."""
+    from . import interpret, validate
+
+    recorded = _dt(getattr(root, "metadata", None))
+    dt = recorded if recorded is not None else interpret.DEFAULT_DT
+    found = validate.review(root, dt)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            interpret._check_time_constants(root, dt)
+        except (TypeError, ValueError, AttributeError):
+            pass  # values the review already named
+    found += [_cli_terms(str(w.message)) for w in caught]
+    if recorded is None and interpret._uses_dt(root):
+        found.append(
+            f"no time step recorded (metadata['dt']): it runs at dt = {dt:g} s unless given --dt; "
+            "a network trained at another dt may run silent or blow up"
+        )
+    return [_cli_terms(message) for message in found]
+
+
+_CLI_TERMS = (
+    # "nir_to_torch(..., x=True) (--x on the command line)" says the option already
+    (re.compile(r"[\w.]+\((?:[^()]|\([^()]*\))*\),? \(?(--[\w-]+) on the command line\)?"), r"\1"),
+    (re.compile(r"(nir_to_torch|nirbridge\.run|verify)\((\.\.\., )?dt=\.\.\.\)"), "--dt"),
+    (re.compile(r" \(this warning is a nirbridge\.\w+, which can be filtered\)"), ""),
+    (re.compile(r"record=\['([^']*)'\]"), r"--record \1"),
+)
+
+
+def _cli_terms(message: str) -> str:
+    """A library message with the command line's options in place of keyword arguments
+    (``--dt`` for ``nir_to_torch(..., dt=...)``)."""
+    for pattern, option in _CLI_TERMS:
+        message = pattern.sub(option, message)
+    return message
 
 
 def _bytes(n: int) -> str:
@@ -250,8 +292,48 @@ def _render_nodes(rows: list[tuple[int, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def _versions() -> str:
+    """nirbridge's version and those of the packages it runs with (``--version``)."""
+    from importlib import metadata
+
+    from . import __version__
+
+    lines = [f"nirbridge {__version__}", f"python {sys.version.split()[0]}"]
+    for package in ("torch", "nir", "norse", "snntorch", "spikingjelly", "triton", "h5py", "numpy"):
+        try:
+            version = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            version = "not installed"
+        lines.append(f"{package} {version}")
+    try:
+        import torch
+
+        cuda = torch.version.cuda
+        lines.append(
+            f"torch build: {'CUDA ' + cuda if cuda else 'CPU'}"
+            + (f", {torch.cuda.device_count()} GPU(s) visible" if cuda else "")
+        )
+    except ImportError:
+        pass
+    return "\n".join(lines)
+
+
+def _print_versions(context: click.Context, _: click.Parameter, value: bool) -> None:
+    if value and not context.resilient_parsing:
+        click.echo(_versions())
+        context.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="nirbridge")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_versions,
+    help="Show the versions of nirbridge, python, torch, nir, norse, snntorch and the other "
+    "packages it runs with, and exit.",
+)
 def main() -> None:
     """Inspect, convert, run, verify and draw NIR (.nir) files."""
 
@@ -333,7 +415,7 @@ def _one_line_errors(command: str) -> Callable[[Callable[..., None]], Callable[.
 
 def _report(command: str, caught: list[warnings.WarningMessage]) -> None:
     """Print each warning once (rebuilding a graph for another simulator repeats them)."""
-    for text in dict.fromkeys(" ".join(str(w.message).split()) for w in caught):
+    for text in dict.fromkeys(_cli_terms(" ".join(str(w.message).split())) for w in caught):
         click.echo(f"nirbridge {command}: warning: {text}", err=True)
     caught.clear()
 
@@ -741,36 +823,8 @@ def run_command(
 
 
 def _run_table(result: Any) -> str:
-    rows = [("record", "kind", "values", "summary")]
-    for key, value in result.records.items():
-        size = int(value[0, 0].numel())
-        if key in result.spiking:
-            count = int(value.sum())
-            steps_neurons = value.shape[0] * value.shape[1] * max(size, 1)
-            rows.append(
-                (
-                    key,
-                    "spikes",
-                    f"{size} neurons",
-                    f"{count} spikes, {count / steps_neurons:.4f} per neuron per step",
-                )
-            )
-        else:
-            values = value.detach().double()
-            rows.append(
-                (
-                    key,
-                    "values",
-                    f"{size} values",
-                    f"min {float(values.min()):.4g}, mean {float(values.mean()):.4g}, "
-                    f"max {float(values.max()):.4g}",
-                )
-            )
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    return "\n".join(
-        "  " + "  ".join(cell.ljust(widths[i]) if i < 3 else cell for i, cell in enumerate(row))
-        for row in rows
-    )
+    """:meth:`nirbridge.Run.summary` as an indented table."""
+    return "\n".join(f"  {line}" for line in result.summary().table().splitlines())
 
 
 # ----------------------------------------------------------------------------- verify
@@ -796,6 +850,11 @@ def _run_table(result: Any) -> str:
     is_flag=True,
     help="Load time constants below 0 as they are (trained files sometimes hold them).",
 )
+@click.option(
+    "--allow-silent",
+    is_flag=True,
+    help="Accept spike comparisons in which neither side spikes (by default they fail: they prove nothing).",
+)
 @_one_line_errors("verify")
 def verify_command(
     file: str,
@@ -808,11 +867,14 @@ def verify_command(
     atol: float,
     rtol: float,
     allow_negative_tau: bool,
+    allow_silent: bool,
 ) -> None:
     """Check FILE runs the same in nirbridge and elsewhere.
 
     Runs FILE in nirbridge and in each --against on the same random spikes and
-    compares every node. Exit status 1, with the divergence table, when they differ.
+    compares every node. Exit status 1, with the table, when they differ, or when a
+    spiking node is silent on both sides (such agreement proves nothing; try --dt or
+    a higher --rate, or pass --allow-silent).
 
     \b
     Example:
@@ -834,18 +896,38 @@ def verify_command(
                 f"--against {candidate!r}: give {', '.join(BACKENDS)} or the path of a .nir file"
             )
         report = verify(
-            graph, other, inputs, atol=atol, rtol=rtol, dt=dt, allow_negative_tau=allow_negative_tau
+            graph,
+            other,
+            inputs,
+            atol=atol,
+            rtol=rtol,
+            dt=dt,
+            allow_negative_tau=allow_negative_tau,
+            allow_silent=allow_silent,
         )
         compared = len(report.comparisons)
-        if report.ok:
-            click.echo(
-                f"{file} vs {candidate}: agree on {compared} outputs and records over {report.steps} steps"
-            )
-        else:
+        silent = report.silent
+        spiked = sum(1 for c in report.comparisons if c.spikes and not c.silent)
+        if not report.agree:
             differ = True
             step, key = report.first_divergence or (None, None)
-            click.echo(f"{file} vs {candidate}: DIFFER, first at step {step} in {key!r}")
+            what = f"first at step {step} in {key!r}" if step is not None else "cannot be compared"
+            click.echo(f"{file} vs {candidate}: DIFFER, {what}")
             click.echo(report.table())
+        elif silent:
+            differ = differ or not allow_silent
+            click.echo(
+                f"{file} vs {candidate}: agree on {compared} outputs and records over {report.steps} steps, "
+                f"but {len(silent)} spiking one(s) never spike on either side ({', '.join(silent)})"
+                + ("" if allow_silent else ": not verified")
+            )
+            if not allow_silent:
+                click.echo(report.table())
+        else:
+            click.echo(
+                f"{file} vs {candidate}: agree on {compared} outputs and records over {report.steps} steps"
+                + (f" ({spiked} of them spiking)" if spiked else "")
+            )
     if differ:
         sys.exit(1)
 
@@ -899,8 +981,15 @@ def support(as_json: bool) -> None:
     show_default=True,
     help="auto: Graphviz when installed, else matplotlib.",
 )
+@click.option(
+    "--rankdir",
+    type=click.Choice(RANKDIRS),
+    default=None,
+    help="TB: top to bottom; LR: left to right. Default: TB for graphs with a chain of more than "
+    "8 nodes (a deep CNN), LR otherwise.",
+)
 @_one_line_errors("draw")
-def draw(file: str, output: str, engine: str) -> None:
+def draw(file: str, output: str, engine: str, rankdir: str | None) -> None:
     """Draw FILE's graph, its recurrent edges marked.
 
     Boxes show node names, types and shapes; delayed (recurrent) edges are dashed and
@@ -910,11 +999,12 @@ def draw(file: str, output: str, engine: str) -> None:
     Example:
       nirbridge draw braille.nir -o braille.svg
       nirbridge draw braille.nir -o braille.mmd    # Mermaid text, for Markdown
+      nirbridge draw cnn.nir -o cnn.svg --rankdir LR
     """
     from . import draw as drawing
 
     node = load(file).node
-    used = drawing.draw(node, output, engine=engine)
+    used = drawing.draw(node, output, engine=engine, rankdir=rankdir)
     if used == "dot text":
         click.echo(
             f"neither Graphviz nor matplotlib is installed: wrote the DOT text to {output}.dot "

@@ -90,9 +90,18 @@ def test_info_json_and_warnings_of_a_real_file():
     )
     assert summary["parameters"] == expected
     assert summary["dt"] is None
-    assert len(summary["warnings"]) == 3 and "transposed" in summary["warnings"][0]
+    assert len(summary["warnings"]) == 5 and "transposed" in summary["warnings"][0]
+    # the 16 negative time constants in one message, in the command line's terms
+    negative = summary["warnings"][3]
+    assert negative.startswith("time constants below 0: node 'LIF' (LIF): tau is negative at neurons 0, ")
+    assert (
+        "(8 of 64), down to -3212 s; node 'LIF_1' (LIF)" in negative
+        and "(8 of 64), down to -2307 s" in negative
+    )
+    assert "pass --allow-negative-tau" in negative and "nir_to_torch" not in negative
+    assert summary["warnings"][4].startswith("no time step recorded") and "--dt" in summary["warnings"][4]
     human = CliRunner().invoke(main, ["info", str(path)])
-    assert "warnings     3" in human.output and "stored transposed" in human.output
+    assert "warnings     5" in human.output and "stored transposed" in human.output
 
 
 def test_info_fails_with_one_line_per_unreadable_file(tmp_path):
@@ -212,9 +221,15 @@ def test_run_records_writes_nir_graph_data_and_a_plot(tmp_path):
     table = {
         line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[3:] if line.startswith("  ")
     }
-    assert list(table) == ["lif1.lif", "lif1.lif.i", "lif1.lif.v", "lif2.v"]  # outputs and state variables
+    # outputs and state variables, then the graph's output
+    assert list(table) == ["lif1.lif", "lif1.lif.i", "lif1.lif.v", "lif2.v", "output"]
     assert table["lif1.lif"][:5] == ["spikes", "38", "neurons", str(count), "spikes,"]
-    assert table["lif2.v"][:3] == ["values", "7", "values"]
+    rate = count / (60 * 3 * 38)
+    assert " ".join(table["lif1.lif"][5:]) == (
+        f"{rate:.4f} per neuron per step ({rate / 1e-4:.4g} Hz); "
+        f"{int((expected.records['lif1.lif'].sum((0, 1)) == 0).sum())} of 38 neurons silent"
+    )
+    assert table["lif2.v"][:3] == ["values", "7", "neurons"]
     data = nir.read_data(tmp_path / "record.h5")
     events = data.nodes["lif1.lif"].observables["output"]
     assert isinstance(events, nir.EventData) and events.t_max == pytest.approx(60 * 1e-4)
@@ -316,6 +331,22 @@ def test_draw_shows_the_braille_srnn_recurrent_edge(tmp_path):
     mermaid = (tmp_path / "braille.mmd").read_text()
     assert "-. delayed .->" in mermaid and "lif1.w_rec<br/>Affine (38,)" in mermaid
     assert "cannot tell the picture format from '.jpeg'" in results[3].stderr
+
+
+def test_draw_lays_the_cnn_out_top_to_bottom_unless_asked_otherwise(tmp_path):
+    results = many(
+        [
+            ["draw", CNN, "-o", tmp_path / "auto.dot"],
+            ["draw", CNN, "-o", tmp_path / "lr.dot", "--rankdir", "LR"],
+            ["draw", BRAILLE, "-o", tmp_path / "braille.dot", "--rankdir", "TB"],
+            ["draw", CNN, "-o", tmp_path / "bad.dot", "--rankdir", "BT"],
+        ]
+    )
+    assert [r.returncode for r in results] == [0, 0, 0, 2], [r.stderr for r in results]
+    assert "rankdir=TB" in (tmp_path / "auto.dot").read_text()  # 15 nodes in one chain
+    assert "rankdir=LR" in (tmp_path / "lr.dot").read_text()
+    assert "rankdir=TB" in (tmp_path / "braille.dot").read_text()
+    assert "'BT' is not one of 'TB', 'LR'" in results[3].stderr
 
 
 def test_convert_between_nir_and_elasticai_json_and_recompress(tmp_path):
@@ -599,6 +630,9 @@ def test_run_refuses_seeds_sizes_and_inputs_it_cannot_use(tmp_path, monkeypatch)
         _one_line_failure(
             runner.invoke(main, [command, str(tmp_path / "nan.nir")]), "'fc' (Affine): weight is NaN"
         )
+    info = runner.invoke(main, ["info", str(tmp_path / "nan.nir")])  # lists it, as a warning
+    assert info.exit_code == 0 and "warnings     1" in info.output, info.output
+    assert "- node 'fc' (Affine): weight is NaN at indices (0, 0)" in info.output
 
 
 def test_negative_time_constants_are_loaded_only_when_asked_for():
@@ -609,4 +643,40 @@ def test_negative_time_constants_are_loaded_only_when_asked_for():
     ran = runner.invoke(main, ["run", path, "--steps", "5", "--dt", "1e-4", "--allow-negative-tau"])
     assert ran.exit_code == 0, ran.output
     checked = runner.invoke(main, ["verify", path, "--steps", "5", "--dt", "1e-4", "--allow-negative-tau"])
-    assert checked.exit_code == 0 and "agree" in checked.output.lower(), checked.output
+    # spyx's time constants are thousands of seconds: nothing spikes, which proves nothing
+    assert checked.exit_code == 1, checked.output
+    assert "but 2 spiking one(s) never spike on either side (LIF, LIF_1): not verified" in checked.output
+    accepted = runner.invoke(
+        main, ["verify", path, "--steps", "5", "--dt", "1e-4", "--allow-negative-tau", "--allow-silent"]
+    )
+    assert accepted.exit_code == 0 and "agree" in accepted.output.lower(), accepted.output
+
+
+def test_version_lists_the_packages_nirbridge_runs_with():
+    import importlib.metadata as metadata
+
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"nirbridge {nirbridge.__version__}"
+    for package in ("torch", "nir", "norse", "snntorch"):
+        assert f"{package} {metadata.version(package)}" in lines
+    assert lines[-1] == ("torch build: CPU" if torch.version.cuda is None else lines[-1])
+    assert lines[-1].startswith("torch build: ")
+
+
+def test_a_silent_run_warns_in_the_command_lines_terms():
+    result = nirbridge_cli("run", CNN, "--steps", "10", "--record", "12")
+    assert result.returncode == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if "warning:" in line]
+    assert warned[0] == (
+        "nirbridge run: warning: the graph records no time step (metadata['dt']), so it runs at "
+        "dt = 0.0001 s, the NIR paper's and snntorch's; pass --dt to choose"
+    )
+    assert warned[1].startswith("nirbridge run: warning: nirbridge.run: no spike in '12' over 10 steps.")
+    assert "build it with --dt. Otherwise" in warned[1] and "--record <node>.v" in warned[1]
+    assert "nir_to_torch" not in result.stderr and "record=" not in result.stderr
+    assert (
+        "12      spikes  10 neurons  0 spikes, 0.0000 per neuron per step (0 Hz); 10 of 10 neurons silent"
+        in (result.stdout)
+    )

@@ -62,6 +62,7 @@ from .errors import (
     NirBridgeError,
     NirFileError,
     NirFileWarning,
+    ParameterWarning,
     RepairWarning,
     UnknownNodeTypeError,
 )
@@ -1023,7 +1024,10 @@ def write(path_or_file: PathOrFile, graph: nir.NIRNode, *, compression: str | in
     Raises :class:`NirFileError` naming the node, field or metadata key that cannot be
     stored, or the file that cannot be written. Metadata lists and tuples are stored as
     arrays and read back as numpy arrays; non-string keys are stored as strings (with a
-    :class:`LossyConversionWarning`).
+    :class:`LossyConversionWarning`). A graph holding values that
+    :func:`nirbridge.nir_to_torch` refuses (NaN, infinity, time constants of 0 or below,
+    as a diverged training run leaves them) is written as given, with a
+    :class:`ParameterWarning` naming them.
     """
     if not isinstance(graph, nir.NIRNode):
         raise NirFileError(f"write expects a NIR graph or node, got {type(graph).__name__}")
@@ -1037,6 +1041,31 @@ def write(path_or_file: PathOrFile, graph: nir.NIRNode, *, compression: str | in
     lossy = _write_to(path_or_file, lambda fid: _dump(fid, graph, compression), "write")
     for message in lossy:
         warnings.warn(message, LossyConversionWarning, stacklevel=2)
+    refused = _refused(graph)
+    if refused:
+        warnings.warn(
+            f"write: {_describe(path_or_file)} holds values nir_to_torch refuses (written as given): "
+            + "; ".join(refused),
+            ParameterWarning,
+            stacklevel=2,
+        )
+
+
+def _refused(graph: nir.NIRNode) -> list[str]:
+    """What :func:`nirbridge.validate.check_parameters` would refuse in ``graph``: NaN or
+    infinite values, time constants of 0 or below (a training run that diverged)."""
+    from . import validate
+    from .neurons.modules import DEFAULT_DT
+
+    metadata = getattr(graph, "metadata", None)
+    recorded = metadata.get("dt") if isinstance(metadata, dict) else None
+    try:
+        dt = float(recorded) if recorded is not None else DEFAULT_DT
+    except (TypeError, ValueError):
+        dt = DEFAULT_DT
+    if not math.isfinite(dt) or dt <= 0:
+        dt = DEFAULT_DT
+    return validate.review(graph, dt, suspicious=False)
 
 
 _Dump = Callable[[h5f.FileID], list[str]]  # fills an open, empty HDF5 file; returns lossy conversions

@@ -324,10 +324,11 @@ def check_parameters(
     return _rebuilt(graph, fixes)
 
 
-def review(graph: Any, dt: float) -> list[str]:
+def review(graph: Any, dt: float, *, suspicious: bool = True) -> list[str]:
     """Everything :func:`check_parameters` would refuse or warn about, as messages (for
     ``nirbridge info``): meaningless values, time constants below 0 (with the way to
-    load them anyway), and suspicious values. Never raises for the values themselves."""
+    load them anyway), and, unless ``suspicious=False``, suspicious values. Never
+    raises for the values themselves."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LossyConversionWarning)
         problems, _ = _walk(graph, dt, math.inf)
@@ -336,7 +337,7 @@ def review(graph: Any, dt: float) -> list[str]:
         found.append(
             "time constants below 0: " + _listed(problems.negative_tau, 6) + "; " + _NEGATIVE_TAU_FIX
         )
-    return found + problems.suspicious
+    return found + (problems.suspicious if suspicious else [])
 
 
 def _rebuilt(graph: Any, fixes: dict[int, Any]) -> Any:

@@ -318,7 +318,11 @@ def test_real_files_read_as_nir_reads_them_and_survive_a_rewrite(tmp_path, name)
     else:
         assert messages == []
     assert_same(reference, graph, order=False, dtypes=True)
-    nirbridge.write(tmp_path / "again.nir", graph)
+    if "spyx_shd" in name:  # trained with some negative time constants: written as given, said so
+        with pytest.warns(nirbridge.ParameterWarning, match=r"holds values nir_to_torch refuses.*below 0"):
+            nirbridge.write(tmp_path / "again.nir", graph)
+    else:
+        nirbridge.write(tmp_path / "again.nir", graph)
     assert_same(
         graph,
         nirbridge.read(tmp_path / "again.nir")
@@ -963,7 +967,11 @@ def test_what_write_writes_read_reads_back(tmp_path):
             edges=[("input", "l"), ("l", "output")],
             type_check=False,
         )
-        nirbridge.write(tmp_path / "g.nir", graph)
+        if "must be numbers" in (build_says or ""):
+            with pytest.warns(nirbridge.ParameterWarning, match="tau must be numbers, got text 'abc'"):
+                nirbridge.write(tmp_path / "g.nir", graph)
+        else:
+            nirbridge.write(tmp_path / "g.nir", graph)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             back = nirbridge.read(tmp_path / "g.nir")
@@ -983,3 +991,23 @@ def test_what_write_writes_read_reads_back(tmp_path):
     with pytest.raises(nirbridge.NirFileError, match="names node 'ghost'"):
         nirbridge.write(tmp_path / "broken.nir", broken)
     assert not (tmp_path / "broken.nir").exists()
+
+
+def test_writing_values_a_build_refuses_warns_naming_them(tmp_path):
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([2])),
+            "lif": nir.LIF(
+                tau=np.array([1e-3, np.nan]), r=np.ones(2), v_leak=np.zeros(2), v_threshold=np.ones(2)
+            ),
+            "output": nir.Output(np.array([2])),
+        },
+        edges=[("input", "lif"), ("lif", "output")],
+        type_check=False,
+    )
+    with pytest.warns(nirbridge.ParameterWarning) as caught:
+        nirbridge.write(tmp_path / "diverged.nir", graph)
+    message = str(caught[0].message)
+    assert message.startswith(f"write: {tmp_path / 'diverged.nir'} holds values nir_to_torch refuses")
+    assert "node 'lif' (LIF): tau is NaN at neuron 1" in message
+    assert (tmp_path / "diverged.nir").exists()  # written as given

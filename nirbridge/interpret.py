@@ -148,6 +148,7 @@ def nir_to_torch(
         duplicates = graph_utils.duplicate_edges(graph)
         if duplicates:
             warnings.warn(graph_utils.describe_duplicates(duplicates), RepairWarning, stacklevel=2)
+    assumed = dt is None and _valid_dt(_metadata_dt(graph)) is None and _uses_dt(graph)
     dt = _time_step(graph, dt)
     graph = validate.check_parameters(
         graph, dt, allow_negative_tau=bool(allow_negative_tau), largest=float(torch.finfo(target_dtype).max)
@@ -162,6 +163,7 @@ def nir_to_torch(
         validate.check_memory(graph, shapes, dt, element_size, target_device)
         module: torch.nn.Module = _build(graph, the_plan, shapes, merged, dt, "")
         module.meta["nirbridge"]["dt"] = dt
+        module.meta["nirbridge"]["dt_assumed"] = assumed  # for the hint of a SilentNetworkWarning
     else:
         if isinstance(graph, _STRUCTURAL):
             raise NirBridgeError(
@@ -250,7 +252,9 @@ def _check_device(device: Any) -> torch.device | None:
 
 
 def _make_trainable(module: torch.nn.Module, trainable: Iterable[str] | bool) -> None:
-    """Turn the named parameter buffers of every nirbridge neuron into ``nn.Parameter``s."""
+    """Turn the named parameter buffers of every nirbridge neuron into ``nn.Parameter``s;
+    time constants train in log space, so they stay above 0
+    (:meth:`nirbridge.neurons.modules.Neuron.make_trainable`)."""
     if trainable is False or trainable is None:
         return
     if isinstance(trainable, str):
@@ -261,8 +265,8 @@ def _make_trainable(module: torch.nn.Module, trainable: Iterable[str] | bool) ->
         raise ParameterError(
             f"trainable={trainable!r}: give True, False or NIR field names such as ('tau', 'v_threshold')"
         )
-    populations = [m for m in module.modules() if isinstance(m, neurons.modules.Neuron)]
-    available = sorted({name for m in populations for name in m.params})
+    populations = [(p, m) for p, m in module.named_modules() if isinstance(m, neurons.modules.Neuron)]
+    available = sorted({name for _, m in populations for name in m.params})
     names = set(available) if trainable is True else set(trainable)
     unknown = sorted(names - set(available))
     if unknown:
@@ -270,10 +274,9 @@ def _make_trainable(module: torch.nn.Module, trainable: Iterable[str] | bool) ->
             f"trainable={sorted(names)}: the graph's neurons have no parameter(s) {unknown}; "
             f"they have {available or 'none (no nirbridge neurons in the graph)'}"
         )
-    for population in populations:
-        for name in population.params:  # in the module's order, whatever the set's
-            if name in names:
-                population.register_parameter(name, torch.nn.Parameter(population._buffers.pop(name)))
+    for path, population in populations:
+        owner = f"node {path!r} ({type(population).__name__})" if path else None
+        population.make_trainable(names, owner=owner)
 
 
 def _time_step(graph: nir.NIRNode, dt: Any) -> float:
@@ -304,6 +307,12 @@ def _time_step(graph: nir.NIRNode, dt: Any) -> float:
         stacklevel=3,
     )
     return DEFAULT_DT
+
+
+def _metadata_dt(graph: nir.NIRNode) -> Any:
+    """``graph.metadata["dt"]`` as stored, or None."""
+    metadata = getattr(graph, "metadata", None)
+    return metadata.get("dt") if isinstance(metadata, Mapping) else None
 
 
 def _valid_dt(value: Any) -> float | None:

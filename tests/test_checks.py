@@ -182,7 +182,7 @@ def test_a_nested_graph_under_autocast_and_odd_inputs():
 def test_the_trainable_parameters_come_in_the_modules_order():
     gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-4, trainable=("v_threshold", "r", "tau_mem"))
     names = [n for n, _ in gm.named_parameters() if n.startswith("lif2.")]
-    assert names == ["lif2.tau_mem", "lif2.r", "lif2.v_threshold"]  # CubaLIF's params order
+    assert names == ["lif2.tau_mem_log", "lif2.r", "lif2.v_threshold"]  # CubaLIF's params order; τ as log τ
 
 
 def test_an_input_on_another_device_names_both(gm):

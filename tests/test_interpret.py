@@ -813,32 +813,53 @@ def test_trainable_neuron_parameters_train_and_export():
     gm = nirbridge.nir_to_torch(graph, dt=1e-4, trainable=("tau_mem", "v_threshold"))
     lif = gm.get_submodule("lif1.lif")
     names = dict(gm.named_parameters())
-    assert {"lif1.lif.tau_mem", "lif1.lif.v_threshold", "lif2.tau_mem", "lif2.v_threshold"} <= set(names)
+    # tau_mem trains in log space (tau_mem_log); the threshold as itself
+    assert {"lif1.lif.tau_mem_log", "lif1.lif.v_threshold", "lif2.tau_mem_log", "lif2.v_threshold"} <= set(
+        names
+    )
     assert "lif1.lif.tau_syn" not in names and isinstance(lif.tau_syn, torch.Tensor)
-    assert sorted(gm.state_dict()) == sorted(nirbridge.nir_to_torch(graph, dt=1e-4).state_dict())
+    assert "lif1.lif.tau_mem" not in names and isinstance(lif.tau_mem, torch.Tensor)
+    untrained = nirbridge.nir_to_torch(graph, dt=1e-4)
+    assert list(gm.state_dict()) == list(untrained.state_dict())  # the same keys either way
+    assert torch.equal(lif.tau_mem, untrained.get_submodule("lif1.lif").tau_mem)  # exactly, at first
     x = (torch.rand(40, 4, 12, generator=torch.Generator().manual_seed(0)) < 0.3).float()
     optimiser = torch.optim.Adam(
         [p for n, p in names.items() if "tau_mem" in n or "v_threshold" in n], lr=1e-2
     )
-    before = {n: p.detach().clone() for n, p in names.items()}
+    before = {name: getattr(lif, name).detach().clone() for name in ("tau_mem", "v_threshold")}
     loss = nirbridge.run(gm, x).output.mean()
     loss.backward()
-    assert lif.tau_mem.grad is not None and lif.tau_mem.grad.abs().sum() > 0
+    assert lif.tau_mem_log.grad is not None and lif.tau_mem_log.grad.abs().sum() > 0
     assert lif.v_threshold.grad is not None and lif.v_threshold.grad.abs().sum() > 0
     optimiser.step()
     exported = nirbridge.torch_to_nir(gm)
     for name in ("tau_mem", "v_threshold"):
         trained = getattr(lif, name).detach().numpy()
-        assert not np.array_equal(trained, before[f"lif1.lif.{name}"].numpy())
+        assert not np.array_equal(trained, before[name].numpy())
         np.testing.assert_array_equal(getattr(exported.nodes["lif1.lif"], name), trained)
+    assert (exported.nodes["lif1.lif"].tau_mem > 0).all()
     everything = nirbridge.nir_to_torch(graph, dt=1e-4, trainable=True)
-    assert {"lif2.tau_syn", "lif2.w_in", "lif2.r", "lif2.v_leak", "lif2.v_reset"} <= dict(
+    assert {"lif2.tau_syn_log", "lif2.w_in", "lif2.r", "lif2.v_leak", "lif2.v_reset"} <= dict(
         everything.named_parameters()
     ).keys()
     with pytest.raises(
         nirbridge.ParameterError, match=r"no parameter\(s\) \['beta'\]; they have \['r', 'tau_mem'"
     ):
         nirbridge.nir_to_torch(graph, dt=1e-4, trainable=("beta",))
+
+
+def test_negative_time_constants_load_but_cannot_train():
+    """A file with negative tau (the spyx SHD network) loads with allow_negative_tau=True,
+    but its tau cannot train in log space: the error names the node."""
+    shd = EXAMPLES / "spyx_at_00e6ba49__research__paper__spyx_shd.nir"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.NirBridgeWarning)
+        with pytest.raises(
+            nirbridge.ParameterError, match=r"node '[^']+' \(LIF\): tau holds values at or below 0 \(lowest -"
+        ):
+            nirbridge.nir_to_torch(shd, allow_negative_tau=True, trainable=("tau",))
+        gm = nirbridge.nir_to_torch(shd, allow_negative_tau=True, trainable=("v_threshold",))
+    assert any(n.endswith("v_threshold") for n, _ in gm.named_parameters())
 
 
 def test_a_graph_of_stateless_layers_needs_no_dt():

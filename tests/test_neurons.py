@@ -17,7 +17,7 @@ def run(module, xs):
     state, outs = None, []
     for x in xs:
         out, state = module(torch.from_numpy(x), state)
-        outs.append(out.numpy())
+        outs.append(out.detach().numpy())
     return np.stack(outs), state
 
 
@@ -172,3 +172,133 @@ def test_state_dicts_with_meaningless_values_are_refused():
         nirbridge.ParameterError, match=r"Delay: state_dict entry 'delay' holds negative delays"
     ):
         delay.load_state_dict({"delay": torch.full((3,), -1.0, dtype=torch.float64)})
+
+
+# ----------------------------------------------------------------------------- trainable time constants
+
+TAUS = {LI: ("tau",), LIF: ("tau",), CubaLI: ("tau_syn", "tau_mem"), CubaLIF: ("tau_syn", "tau_mem")}
+
+
+def _population(cls):
+    taus = {name: np.array([2e-4, 5e-4, 1e-3]) * (i + 1) for i, name in enumerate(TAUS[cls])}
+    extra = {"v_threshold": np.array([0.2, 0.3, 0.25])} if cls in (LIF, CubaLIF) else {}
+    return cls(**taus, **extra, r=np.array([1.0, 2.0, 3.0]), dt=DT).double()
+
+
+@pytest.mark.parametrize("cls", [LI, LIF, CubaLI, CubaLIF])
+def test_trainable_time_constants_train_in_log_space_and_start_exactly_at_tau(cls):
+    plain, trained = _population(cls), _population(cls)
+    trained.make_trainable(True)
+    names = [n for n, _ in trained.named_parameters()]
+    assert names == [f"{n}_log" if n in TAUS[cls] else n for n in cls.params]  # NIR field order
+    assert all(trained.get_parameter(f"{n}_log").eq(0).all() for n in TAUS[cls])
+    for name in TAUS[cls]:
+        assert torch.equal(getattr(trained, name), getattr(plain, name))  # ref * exp(0), exactly
+    assert "log-space: " + ", ".join(TAUS[cls]) in repr(trained)
+    xs = np.random.default_rng(1).uniform(0, 3, (30, 2, 3))
+    np.testing.assert_array_equal(run(trained, xs)[0], run(plain, xs)[0])
+    # state_dict: tau itself under its NIR name, the keys and order of an untrained module
+    assert list(trained.state_dict()) == list(plain.state_dict()) == list(cls.params)
+    for name in TAUS[cls]:
+        assert torch.equal(trained.state_dict()[name], plain.state_dict()[name])
+    # the gradient of log tau is tau times tau's (the chain rule), and reaches every tau
+    by_hand = _population(cls)
+    for name in TAUS[cls]:
+        by_hand.register_parameter(name, torch.nn.Parameter(by_hand._buffers.pop(name)))
+    x = torch.from_numpy(xs)
+    for module in (trained, by_hand):
+        out, state, _ = module.scan(x)
+        (out.sum() + state.v.sum()).backward()  # spikes reach it through the surrogate
+    for name in TAUS[cls]:
+        tau, grad = getattr(by_hand, name), getattr(by_hand, name).grad
+        assert grad.abs().sum() > 0
+        torch.testing.assert_close(trained.get_parameter(f"{name}_log").grad, tau.detach() * grad)
+
+
+@pytest.mark.parametrize("optimiser", ["adam", "sgd"])
+def test_no_optimiser_step_makes_a_time_constant_zero_or_negative(optimiser):
+    lif = CubaLIF(tau_syn=np.full(4, 2e-4), tau_mem=np.full(4, 2e-4), dt=DT)
+    lif.make_trainable(("tau_syn", "tau_mem"))
+    params = [lif.tau_syn_log, lif.tau_mem_log]
+    opt = torch.optim.Adam(params, lr=1e-3) if optimiser == "adam" else torch.optim.SGD(params, lr=1.0)
+    for _ in range(3):
+        opt.zero_grad()
+        (1e30 * (lif.tau_syn.sum() + lif.tau_mem.sum())).backward()  # huge: pushes tau down
+        opt.step()
+        for tau in (lif.tau_syn, lif.tau_mem):
+            assert bool((tau > 0).all()) and bool(torch.isfinite(tau).all()), tau
+    if optimiser == "adam":  # Adam moves log tau by about lr a step: tau by about 0.1 %
+        torch.testing.assert_close(
+            lif.tau_mem, torch.full((4,), 2e-4 * np.exp(-3e-3), dtype=torch.float64), rtol=1e-4, atol=0
+        )
+    node = lif.to_nir()
+    assert (node.tau_mem > 0).all() and np.array_equal(node.tau_mem, lif.tau_mem.detach().numpy())
+
+
+def test_trained_time_constants_load_save_and_set_as_tau():
+    trained = _population(CubaLIF)
+    trained.make_trainable(("tau_mem", "v_threshold"))
+    with torch.no_grad():
+        trained.tau_mem_log.add_(torch.tensor([0.5, -0.25, 0.125], dtype=torch.float64))
+    tau = trained.tau_mem.detach().clone()
+    saved = trained.state_dict()
+    assert torch.equal(saved["tau_mem"], tau) and not saved["tau_mem"].requires_grad
+    xs = np.random.default_rng(2).uniform(0, 3, (30, 2, 3))
+    want = run(trained, xs)[0]
+    # into an untrained module, then into a trainable one: tau = ref, log = 0, the same outputs
+    into = _population(CubaLIF)
+    into.load_state_dict(saved)
+    assert torch.equal(into.tau_mem, tau)
+    np.testing.assert_array_equal(run(into, xs)[0], want)
+    into.make_trainable(("tau_mem",))
+    into.load_state_dict(saved)
+    assert torch.equal(into.tau_mem, tau) and torch.equal(into.tau_mem_ref, tau)
+    assert into.tau_mem_log.eq(0).all()
+    np.testing.assert_array_equal(run(into, xs)[0], want)
+    # a scalar tau broadcasts as into a buffer; NaN, 0 and (in log space) negative refused
+    trained.load_state_dict({**saved, "tau_mem": torch.tensor(3e-4, dtype=torch.float64)})
+    assert torch.equal(trained.tau_mem, torch.full((3,), 3e-4, dtype=torch.float64))
+    for bad, says in [
+        (float("nan"), r"CubaLIF: state_dict entry 'tau_mem' holds NaN"),
+        (0.0, r"'tau_mem' holds time constants of 0"),
+        (-1e-3, r"'tau_mem' holds time constants below 0, and this module trains tau_mem as log"),
+    ]:
+        with pytest.raises(nirbridge.ParameterError, match=says):
+            trained.load_state_dict({**saved, "tau_mem": torch.full((3,), bad, dtype=torch.float64)})
+    assert torch.equal(trained.tau_mem, torch.full((3,), 3e-4, dtype=torch.float64))  # unchanged
+    # a missing or misshapen tau is reported under its NIR name
+    missing = trained.load_state_dict({k: v for k, v in saved.items() if k != "tau_mem"}, strict=False)
+    assert missing.missing_keys == ["tau_mem"] and missing.unexpected_keys == []
+    with pytest.raises(RuntimeError, match=r"size mismatch for tau_mem: .* shape torch.Size\(\[2\]\)"):
+        trained.load_state_dict({**saved, "tau_mem": torch.ones(2, dtype=torch.float64)})
+    # setting tau re-anchors it; 0 and negative values are refused
+    trained.tau_mem = torch.full((3,), 7e-4, dtype=torch.float64)
+    assert torch.equal(trained.tau_mem, torch.full((3,), 7e-4, dtype=torch.float64))
+    assert trained.tau_mem_log.eq(0).all() and isinstance(trained.tau_mem_log, torch.nn.Parameter)
+    with pytest.raises(nirbridge.ParameterError, match=r"CubaLIF.tau_mem = ...: tau_mem trains as log"):
+        trained.tau_mem = torch.zeros(3, dtype=torch.float64)
+
+
+def test_trainable_modules_copy_pickle_and_move():
+    import copy
+    import pickle
+
+    lif = _population(LIF)
+    lif.make_trainable(("tau", "v_threshold"))
+    with torch.no_grad():
+        lif.tau_log.fill_(0.3)
+    for again in (copy.deepcopy(lif), pickle.loads(pickle.dumps(lif))):
+        assert torch.equal(again.tau, lif.tau) and isinstance(again.tau_log, torch.nn.Parameter)
+    single = copy.deepcopy(lif).float()
+    assert single.tau.dtype == torch.float32 and single.tau_ref.dtype == torch.float32
+
+
+def test_a_time_constant_at_or_below_zero_cannot_be_made_trainable():
+    lif = LIF(tau=np.array([1e-3, -2e-3]), dt=DT)
+    with pytest.raises(
+        nirbridge.ParameterError, match=r"LIF: tau holds values at or below 0 \(lowest -0.002\)"
+    ):
+        lif.make_trainable(("tau", "v_threshold"))
+    assert list(dict(lif.named_parameters())) == []  # nothing changed
+    lif.make_trainable(("v_threshold",))
+    assert list(dict(lif.named_parameters())) == ["v_threshold"]

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from ..errors import CompileWarning
+from ..neurons.modules import time_constants_fixed
 from ..state import DELAYED, NODES
 from . import precision as _precision
 from .eager import largest_step_bytes
@@ -112,7 +113,13 @@ def compiled_stepper(
                 # specialize_float: dt and other Python floats as constants (a float read in
                 # two scan bodies crashes dynamo when it is symbolic); and torch's compiler
                 # warns about its own internals
-                with torch._dynamo.config.patch(specialize_float=True), warnings.catch_warnings():
+                # trainable time constants (tau = tau_ref * exp(tau_log)) computed eagerly,
+                # as the other back-ends compute them: inductor's exp rounds otherwise
+                with (
+                    torch._dynamo.config.patch(specialize_float=True),
+                    warnings.catch_warnings(),
+                    time_constants_fixed(module),
+                ):
                     warnings.filterwarnings("ignore", category=DeprecationWarning)
                     warnings.filterwarnings("ignore", module=r"torch\._(dynamo|inductor)")
                     outputs, new_state, recorded = attempt.function(*_fresh((dict(xs), state)))

@@ -47,7 +47,6 @@ import torch
 from ..errors import BackendUnavailableError, CompileWarning
 from ..neurons import functional as F
 from ..neurons import modules as M
-from ..neurons.functional import SURROGATE_ALPHA
 from . import precision as _precision
 from .eager import eager_stepper, scan_neuron
 from .schedule import Level, Request
@@ -237,6 +236,7 @@ class _Scan(torch.autograd.Function):
             pre, v0, i0, *operands, out, trace_v, trace_i if family == 2 else trace_v, v_pre
         )
         ctx.family, ctx.spiking = family, spiking
+        ctx.alpha = F.SURROGATE_ALPHA  # as eager's spike does: the value at the forward pass
         ctx.scalars = [t.dim() == 0 for t in (a, b, r, leak, threshold, reset)]
         ctx.mark_non_differentiable(v_pre)
         return results
@@ -259,7 +259,7 @@ class _Scan(torch.autograd.Function):
             out, trace_v, trace_i, v_pre,
             g_out, g_v, g_i, g_trace_v, g_trace_i,
             g_pre, g_v0, g_i0, *g_params,
-            steps, n, SURROGATE_ALPHA,
+            steps, n, ctx.alpha,
             FAMILY=ctx.family, SPIKING=ctx.spiking, BLOCK=_BLOCK,
             enable_fp_fusion=_precision.contract(),
         )  # fmt: skip

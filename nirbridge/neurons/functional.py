@@ -27,7 +27,9 @@ Delay         output :math:`x` from :math:`\mathrm{round}(d/\Delta t)` steps ago
 Spikes are floats 0/1 from the strict comparison :math:`v > v_{th}`. When gradients are
 required they pass through :func:`spike`'s surrogate, the SuperSpike fast-sigmoid
 derivative :math:`1 / (\alpha |v - v_{th}| + 1)^2` with :math:`\alpha` =
-``SURROGATE_ALPHA``.
+``SURROGATE_ALPHA`` (per unit of membrane potential), read when a spike is computed,
+so ``nirbridge.neurons.functional.SURROGATE_ALPHA = 20.0`` changes the gradients of
+every later run, on every back-end. The forward values never depend on it.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ __all__ = [
     "spike",
 ]
 
-SURROGATE_ALPHA = 100.0
+SURROGATE_ALPHA = 100.0  # the surrogate's sharpness; set it to change every later run's gradients
 
 
 class IState(NamedTuple):
@@ -95,10 +97,12 @@ class _SuperSpike(torch.autograd.Function):
         return surrogate, grad_threshold, None
 
 
-def spike(v: torch.Tensor, threshold: torch.Tensor, alpha: float = SURROGATE_ALPHA) -> torch.Tensor:
-    """Heaviside spike ``z = [v > threshold]`` as 0/1 floats, with a surrogate gradient."""
+def spike(v: torch.Tensor, threshold: torch.Tensor, alpha: float | None = None) -> torch.Tensor:
+    """Heaviside spike ``z = [v > threshold]`` as 0/1 floats, with a surrogate gradient
+    ``1 / (alpha |v - threshold| + 1)^2``; ``alpha`` defaults to :data:`SURROGATE_ALPHA`
+    as it is at the call."""
     if torch.is_grad_enabled() and (v.requires_grad or threshold.requires_grad):
-        return _SuperSpike.apply(v, threshold, alpha)
+        return _SuperSpike.apply(v, threshold, SURROGATE_ALPHA if alpha is None else alpha)
     return (v > threshold).to(v.dtype)
 
 

@@ -5,11 +5,21 @@ Constructor arguments are NIR's field names plus ``dt`` (seconds, default
 broadcast against the input, whose first axis is the batch. Each module's
 ``forward(x, state=None)`` returns ``(output, state)``; with ``state=None`` it starts
 from the initial state (``v = v_leak`` for leaky models, ``v = 0`` otherwise, ``i = 0``).
+
+:meth:`Neuron.make_trainable` turns parameters into ``nn.Parameter``s. A time constant
+(``tau``, ``tau_mem``, ``tau_syn``) then trains in log space, so that no optimiser step
+can make it 0 or negative: the parameter ``<name>_log`` holds ``log(tau / tau_ref)``,
+with ``tau_ref`` (the buffer ``<name>_ref``) the value it had when it was made
+trainable or last loaded, and ``module.<name>`` reads ``tau_ref * exp(<name>_log)``,
+positive, exactly ``tau_ref`` before training. ``state_dict`` holds ``tau`` itself
+under its NIR name either way, so trained and untrained modules load each other's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 import nir
@@ -21,9 +31,22 @@ from ..errors import ParameterError
 from ..limits import check_memory
 from . import functional as F
 
-__all__ = ["DEFAULT_DT", "IF", "LI", "LIF", "CubaLI", "CubaLIF", "Delay", "I", "Neuron"]
+__all__ = [
+    "DEFAULT_DT",
+    "IF",
+    "LI",
+    "LIF",
+    "TIME_CONSTANTS",
+    "CubaLI",
+    "CubaLIF",
+    "Delay",
+    "I",
+    "Neuron",
+    "time_constants_fixed",
+]
 
 DEFAULT_DT = 1e-4
+TIME_CONSTANTS = ("tau", "tau_mem", "tau_syn")  # trained in log space: positive whatever the step
 
 ArrayLike = Any  # a number, numpy array or tensor
 
@@ -53,6 +76,58 @@ def _check_loaded(owner: str, key: str, value: torch.Tensor, time_constant: bool
         raise ParameterError(f"{owner}: state_dict entry {key!r} holds NaN or infinite values; fix them")
     if time_constant and bool((value == 0).any()):
         raise ParameterError(f"{owner}: state_dict entry {key!r} holds time constants of 0; they divide dt")
+
+
+def _time_constant(name: str, doc: str) -> property:
+    """The attribute ``name`` of a neuron with the time constant ``name``: its buffer, or,
+    once :meth:`Neuron.make_trainable` made it trainable, ``ref * exp(log)``, positive
+    (clamped to the dtype's positive normal range)."""
+    log, ref = f"{name}_log", f"{name}_ref"
+
+    def get(self: Neuron) -> torch.Tensor:
+        trained = self._parameters.get(log)
+        if trained is not None:
+            fixed = self.__dict__.get("_fixed_time_constants")
+            if fixed is not None:  # inside time_constants_fixed: computed before, eagerly
+                return fixed[name]
+            # kept within the positive normal numbers: an absurd step (exp underflowing to
+            # 0 or overflowing) leaves tau tiny or huge, never 0 or infinite
+            limits = torch.finfo(trained.dtype)
+            return torch.clamp(self._buffers[ref] * torch.exp(trained), limits.tiny, limits.max)
+        value = self._buffers.get(name)
+        if value is None:
+            value = self._parameters.get(name)  # made an nn.Parameter by hand
+        if value is None:
+            raise AttributeError(name)  # not registered yet: nn.Module says so
+        return value
+
+    def set(self: Neuron, value: Any) -> None:
+        if log not in self._parameters:
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r} to set")
+        self._anchor(name, torch.as_tensor(value), f"{type(self).__name__}.{name} = ...")
+
+    return property(get, set, doc=doc)
+
+
+@contextlib.contextmanager
+def time_constants_fixed(module: torch.nn.Module) -> Iterator[None]:
+    """Within the block, every log-space time constant of the neurons in ``module`` reads
+    as a tensor computed on entry, eagerly and without gradient.
+
+    For code that ``torch.compile`` traces: inductor's ``exp`` can round differently
+    from eager torch's, so a tau computed inside compiled code could differ from the
+    eager back-end's by a rounding; computed here it is the same tensor.
+    """
+    populations = [m for m in module.modules() if isinstance(m, Neuron) and m.log_space()]
+    with torch.no_grad():
+        values = [{name: getattr(m, name) for name in m.log_space()} for m in populations]
+    for population, fixed in zip(populations, values):
+        population.__dict__["_fixed_time_constants"] = fixed
+    try:
+        yield
+    finally:
+        for population in populations:
+            population.__dict__.pop("_fixed_time_constants", None)
 
 
 def check_dt(dt: Any, owner: str = "dt") -> float:
@@ -98,23 +173,124 @@ class Neuron(torch.nn.Module):
                 "together; give every parameter the neuron population's shape"
             ) from None
 
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    def make_trainable(self, names: Iterable[str] | bool = True, owner: str | None = None) -> None:
+        """Make the parameters ``names`` (NIR field names; ``True``: all) ``nn.Parameter``s,
+        as ``nir_to_torch(..., trainable=names)`` does for every neuron of a graph.
+
+        A time constant (:data:`TIME_CONSTANTS`) trains in log space: the parameter
+        ``<name>_log``, 0 at first, with ``<name> = <name>_ref * exp(<name>_log)``, so an
+        optimiser step moves it by a factor, and it stays above 0. It must be above 0
+        now (a :class:`ParameterError` otherwise, naming ``owner``). Names the module
+        has not are ignored; ones already trainable stay as they are.
+        """
+        if names is False:
+            return
+        owner = owner or type(self).__name__
+        chosen = set(self.params) if names is True else {names} if isinstance(names, str) else set(names)
+        wanted = [n for n in self.params if n in chosen]
+        wanted = [n for n in wanted if n in self._buffers]  # not trainable yet
+        for name in wanted:
+            value = self._buffers[name]
+            if name in TIME_CONSTANTS and not bool((value > 0).all()):
+                raise ParameterError(
+                    f"{owner}: {name} holds values at or below 0 (lowest {float(value.min()):g}); a "
+                    f"trainable time constant trains as log {name} and must be above 0: leave "
+                    f"{name!r} out of trainable=, or fix the values"
+                )
+        for name in wanted:  # in the module's order: parameters list in NIR field order
+            value = self._buffers.pop(name)
+            if name in TIME_CONSTANTS:
+                self.register_buffer(f"{name}_ref", value, persistent=False)
+                self.register_parameter(f"{name}_log", torch.nn.Parameter(torch.zeros_like(value)))
+            else:
+                self.register_parameter(name, torch.nn.Parameter(value))
+
+    def log_space(self) -> tuple[str, ...]:
+        """The time constants this module trains in log space (see :meth:`make_trainable`)."""
+        return tuple(n for n in self.params if n in TIME_CONSTANTS and f"{n}_log" in self._parameters)
+
+    def _anchor(self, name: str, value: torch.Tensor, what: str) -> None:
+        """Set the log-space time constant ``name`` to ``value``: ``ref = value``, ``log = 0``."""
+        log, ref = self._parameters[f"{name}_log"], self._buffers[f"{name}_ref"]
+        value = value.detach()
+        if not bool(((value > 0) & torch.isfinite(value)).all()):
+            raise ParameterError(
+                f"{what}: {name} trains as log {name}, so its values must be finite and above 0"
+            )
+        with torch.no_grad():
+            ref.copy_(value.expand(ref.shape))
+            log.zero_()
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+        # A log-space time constant is saved as the time constant under its NIR name, so
+        # the keys are those of an untrained module; all in NIR field order.
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        trained = self.log_space()
+        for name in self.params:
+            key = prefix + name
+            if name in trained:
+                destination.pop(f"{key}_log", None)
+                value = getattr(self, name)
+                destination[key] = value if keep_vars else value.detach()
+            elif key in destination:
+                destination[key] = destination.pop(key)
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
         # Parameters saved with a broadcastable shape (a scalar tau from a hand-built
         # model) load into this module's per-neuron buffers, expanded.
+        owner, trained, anchors = type(self).__name__, self.log_space(), {}
         for name in self.params:
             key = prefix + name
             value, own = state_dict.get(key), getattr(self, name)
             if isinstance(value, torch.Tensor) and value.shape != own.shape:
                 try:
                     if torch.broadcast_shapes(value.shape, own.shape) == own.shape:
-                        state_dict[key] = value.expand(own.shape)
+                        state_dict[key] = value = value.expand(own.shape)
                 except RuntimeError:
                     pass  # left for torch to report as a size mismatch
             if isinstance(value, torch.Tensor):
-                _check_loaded(
-                    type(self).__name__, prefix + name, value, name in ("tau", "tau_mem", "tau_syn")
-                )
-        super()._load_from_state_dict(state_dict, prefix, *args)
+                _check_loaded(owner, key, value, name in TIME_CONSTANTS)
+            if name in trained and key in state_dict:
+                # the time constant loads as ref = value, log = 0 (exactly the value)
+                del state_dict[key]
+                if not isinstance(value, torch.Tensor) or value.shape != own.shape:
+                    shape = getattr(value, "shape", type(value).__name__)
+                    error_msgs.append(
+                        f"size mismatch for {key}: copying a param with shape {shape} from "
+                        f"checkpoint, the shape in current model is {own.shape}."
+                    )
+                    continue
+                if bool((value < 0).any()):
+                    raise ParameterError(
+                        f"{owner}: state_dict entry {key!r} holds time constants below 0, and this "
+                        f"module trains {name} as log {name}; load it into a module built without "
+                        f"{name!r} in trainable="
+                    )
+                anchors[name] = value
+                log = self._parameters[f"{name}_log"]
+                state_dict[f"{key}_log"] = torch.zeros(own.shape, dtype=value.dtype, device=log.device)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        for name in trained:  # a missing time constant is missing under its NIR name
+            if f"{prefix}{name}_log" in missing_keys:
+                missing_keys[missing_keys.index(f"{prefix}{name}_log")] = prefix + name
+        for name, value in anchors.items():
+            ref = self._buffers[f"{name}_ref"]
+            if local_metadata.get("assign_to_params_buffers", False):
+                self._buffers[f"{name}_ref"] = value.detach().clone()
+            else:
+                with torch.no_grad():
+                    ref.copy_(value)
 
     def scan(
         self, x: torch.Tensor, state: Any = None, trace: bool = False
@@ -162,7 +338,8 @@ class Neuron(torch.nn.Module):
 
     def extra_repr(self) -> str:
         shape = tuple(np.broadcast_shapes(*(tuple(getattr(self, n).shape) for n in self.params)))
-        return f"shape={shape}, dt={self.dt:g}"
+        trained = self.log_space()
+        return f"shape={shape}, dt={self.dt:g}" + (f", log-space: {', '.join(trained)}" if trained else "")
 
     @classmethod
     def from_nir(cls, node: Any, dt: float = DEFAULT_DT) -> Neuron:
@@ -218,6 +395,7 @@ class LI(Neuron):
     """
 
     params = ("tau", "r", "v_leak")
+    tau = _time_constant("tau", "membrane time constant in seconds (positive once trainable)")
     nir_type = nir.LI
     state_type = F.IState
 
@@ -290,6 +468,7 @@ class LIF(Neuron):
     """
 
     params = ("tau", "r", "v_leak", "v_threshold", "v_reset")
+    tau = _time_constant("tau", "membrane time constant in seconds (positive once trainable)")
     nir_type = nir.LIF
     state_type = F.IState
 
@@ -333,6 +512,8 @@ class CubaLI(Neuron):
     """
 
     params = ("tau_syn", "tau_mem", "r", "v_leak", "w_in")
+    tau_syn = _time_constant("tau_syn", "synaptic time constant in seconds (positive once trainable)")
+    tau_mem = _time_constant("tau_mem", "membrane time constant in seconds (positive once trainable)")
     nir_type = nir.CubaLI
     state_type = F.CubaLIState
 
@@ -380,6 +561,8 @@ class CubaLIF(Neuron):
     """
 
     params = ("tau_syn", "tau_mem", "r", "v_leak", "v_threshold", "v_reset", "w_in")
+    tau_syn = _time_constant("tau_syn", "synaptic time constant in seconds (positive once trainable)")
+    tau_mem = _time_constant("tau_mem", "membrane time constant in seconds (positive once trainable)")
     nir_type = nir.CubaLIF
     state_type = F.CubaLIState
 

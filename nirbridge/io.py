@@ -55,6 +55,7 @@ import numpy as np
 from h5py import h5d, h5f, h5g, h5l, h5o, h5p, h5s, h5t
 
 from . import graph as graph_utils
+from . import validate
 from .errors import (
     GraphStructureError,
     LossyConversionWarning,
@@ -1041,7 +1042,7 @@ def write(path_or_file: PathOrFile, graph: nir.NIRNode, *, compression: str | in
     lossy = _write_to(path_or_file, lambda fid: _dump(fid, graph, compression), "write")
     for message in lossy:
         warnings.warn(message, LossyConversionWarning, stacklevel=2)
-    refused = _refused(graph)
+    refused = validate.refused(graph)
     if refused:
         warnings.warn(
             f"write: {_describe(path_or_file)} holds values nir_to_torch refuses (written as given): "
@@ -1049,23 +1050,6 @@ def write(path_or_file: PathOrFile, graph: nir.NIRNode, *, compression: str | in
             ParameterWarning,
             stacklevel=2,
         )
-
-
-def _refused(graph: nir.NIRNode) -> list[str]:
-    """What :func:`nirbridge.validate.check_parameters` would refuse in ``graph``: NaN or
-    infinite values, time constants of 0 or below (a training run that diverged)."""
-    from . import validate
-    from .neurons.modules import DEFAULT_DT
-
-    metadata = getattr(graph, "metadata", None)
-    recorded = metadata.get("dt") if isinstance(metadata, dict) else None
-    try:
-        dt = float(recorded) if recorded is not None else DEFAULT_DT
-    except (TypeError, ValueError):
-        dt = DEFAULT_DT
-    if not math.isfinite(dt) or dt <= 0:
-        dt = DEFAULT_DT
-    return validate.review(graph, dt, suspicious=False)
 
 
 _Dump = Callable[[h5f.FileID], list[str]]  # fills an open, empty HDF5 file; returns lossy conversions

@@ -48,7 +48,7 @@ import torch.fx as fx
 from torch import nn
 
 from . import graph as graph_utils
-from . import layers, neurons
+from . import layers, neurons, validate
 from .diagnose import _LOOP_SIGNS, _ONE_STEP, _Call, _is_neuron, _time_loop, _unsupported
 from .errors import (
     GraphStructureError,
@@ -57,6 +57,7 @@ from .errors import (
     NirBridgeError,
     NodeConversionError,
     ParameterError,
+    ParameterWarning,
     RepairWarning,
     ShapeMismatchError,
     TraceError,
@@ -262,6 +263,14 @@ def torch_to_nir(
                 f"nir's type check rejects the exported graph: {error}. nirbridge's own shape "
                 "inference accepted it; pass type_check=False to export without nir's check."
             ) from None
+    refused = validate.refused(graph)
+    if refused:
+        warnings.warn(
+            "torch_to_nir: the model holds values nir_to_torch refuses (exported as they are; did "
+            "training diverge?): " + "; ".join(refused),
+            ParameterWarning,
+            stacklevel=2,
+        )
     return graph
 
 

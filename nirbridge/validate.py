@@ -45,7 +45,7 @@ from . import graph as graph_utils
 from . import limits
 from .errors import LossyConversionWarning, ParameterError, ParameterWarning
 
-__all__ = ["MAX_DELAY_STEPS", "TIME_CONSTANTS", "check_memory", "check_parameters", "review"]
+__all__ = ["MAX_DELAY_STEPS", "TIME_CONSTANTS", "check_memory", "check_parameters", "refused", "review"]
 
 TIME_CONSTANTS = ("tau", "tau_mem", "tau_syn")
 
@@ -338,6 +338,23 @@ def review(graph: Any, dt: float, *, suspicious: bool = True) -> list[str]:
             "time constants below 0: " + _listed(problems.negative_tau, 6) + "; " + _NEGATIVE_TAU_FIX
         )
     return found + (problems.suspicious if suspicious else [])
+
+
+def refused(graph: Any) -> list[str]:
+    """What :func:`check_parameters` would refuse in ``graph`` (at its recorded dt, else
+    the default): NaN or infinite values, time constants of 0 or below, as a diverged
+    training run leaves them. For the warnings of export and :func:`nirbridge.write`."""
+    from .neurons.modules import DEFAULT_DT
+
+    metadata = getattr(graph, "metadata", None)
+    recorded = metadata.get("dt") if isinstance(metadata, dict) else None
+    try:
+        dt = float(recorded) if recorded is not None else DEFAULT_DT
+    except (TypeError, ValueError):
+        dt = DEFAULT_DT
+    if not math.isfinite(dt) or dt <= 0:
+        dt = DEFAULT_DT
+    return review(graph, dt, suspicious=False)
 
 
 def _rebuilt(graph: Any, fixes: dict[int, Any]) -> Any:

@@ -1312,3 +1312,15 @@ def test_odd_export_arguments_are_parameter_errors():
     ]:
         with pytest.raises(nirbridge.ParameterError, match=says):
             nirbridge.torch_to_nir(model, example_input=x, **kwargs)
+
+
+def test_exporting_a_diverged_model_warns_naming_the_values():
+    model = nn.Sequential(nn.Linear(3, 2), neurons.LIF(tau=np.full(2, 1e-3), v_threshold=np.ones(2)))
+    with torch.no_grad():
+        model[0].weight[1, 2] = float("nan")
+    with pytest.warns(nirbridge.ParameterWarning) as caught:
+        graph = nirbridge.torch_to_nir(model, example_input=torch.zeros(1, 3))
+    message = str(caught[0].message)
+    assert message.startswith("torch_to_nir: the model holds values nir_to_torch refuses")
+    assert "node '0' (Affine): weight is NaN at index (1, 2)" in message
+    assert np.isnan(graph.nodes["0"].weight[1, 2])  # exported as it is

@@ -1,45 +1,112 @@
-# Set-up on a fresh machine: both targets create .venv and install everything.
-# torch is installed first as the CPU build (2.13.0); norse and spikingjelly (a peer in
-# benchmarks/bench_run.py) go in with --no-deps because they declare torchvision, which
-# would pull a CUDA build of torch (spikingjelly's one other import, loguru, is named);
-# elasticai.creator 0.66.0 goes in with --no-deps as well (it declares hardware
+# Set-up on a fresh machine: both targets create .venv and install everything, on Linux or
+# macOS with Python >= 3.10 (3.11 or later preferred: spikingjelly, a peer in
+# benchmarks/bench_run.py, and elasticai.creator 0.66.0 need it and are left out on 3.10).
+# torch is not pinned, and any build will do; the first of these that applies gives it:
+#  - TORCH_SPEC and/or TORCH_INDEX, when given: `pip install $(TORCH_SPEC)` from that index,
+#    e.g. `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` for the small CPU build
+#    (PyTorch's install selector on pytorch.org gives the index of each build);
+#  - the torch .venv already has;
+#  - a torch that $(PYTHON) already imports (a CUDA, ROCm or CPU build; system, conda or
+#    virtual environment): .venv gets a .pth file naming the site-packages that holds it, so
+#    that torch is used as it is, nothing is downloaded, and .venv's own packages come first
+#    (`python -m venv --system-site-packages` would miss a torch in a virtual environment);
+#  - a torch wheel that pip's own configuration offers without an index (find-links: a
+#    wheelhouse, as on this project's CI machines, where it is the CPU build);
+#  - else the platform's default build, `pip install torch` (on Linux x86_64 that is the
+#    CUDA build, several GB; on macOS the CPU/MPS build).
+# The set-up prints which torch it found; nothing checks for one build.
+# norse and spikingjelly go in with --no-deps because they declare torchvision, which
+# would pull a second, CUDA build of torch (spikingjelly's one other import, loguru, is
+# named); elasticai.creator 0.66.0 goes in with --no-deps as well (it declares hardware
 # simulation packages the IR does not use), after tomlkit and pyserial, which it does
 # use (click is already a nirbridge dependency): installed last, --no-deps packages
 # leave pip nothing to report about their undeclared dependencies.
-# The tests also need two programs from Debian's packages: Chromium, for the headless
-# check of the built docs, and graphviz's dot, for `nirbridge draw`; `tools` installs
-# them with apt-get when they are missing (as root, or through sudo).
+# The tests also need two programs: Chromium, for the headless check of the built docs,
+# and graphviz's dot, for `nirbridge draw`; `tools` installs them when they are missing,
+# with apt-get (as root, or through sudo) or, on macOS, Homebrew.
+# `make notebooks` starts JupyterLab in .venv on the notebooks (installing it the first
+# time; --allow-root when run as root; NOTEBOOK_ARGS for more, e.g. --no-browser); it is
+# not part of `make test`.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
+TORCH_STAMP := $(VENV)/.torch
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+TORCH_SPEC ?=
+TORCH_INDEX ?=
+TORCH_PTH := nirbridge-torch-from-python.pth
+NOTEBOOK_ARGS ?=
 
-.PHONY: demo test docs tools bench lint clean
+.PHONY: demo test docs tools bench lint notebooks clean
 
-$(STAMP): pyproject.toml Makefile
+# .venv with torch in it (tests/test_packaging.py makes one from a Python that has torch)
+$(TORCH_STAMP): Makefile
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { \
+		echo "nirbridge needs Python >= 3.10; $(PYTHON) is older: make PYTHON=/path/to/python3.11 ..." >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q torch==2.13.0
+	@set -e; \
+	site="$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"; \
+	rm -f "$$site/$(TORCH_PTH)"; \
+	if [ -n "$(TORCH_SPEC)$(TORCH_INDEX)" ]; then \
+		echo "torch: pip install $(or $(TORCH_SPEC),torch) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))"; \
+		$(PIP) install -q '$(or $(TORCH_SPEC),torch)' $(if $(TORCH_INDEX),--index-url '$(TORCH_INDEX)'); \
+	elif $(PY) -c 'import torch' 2>/dev/null; then \
+		echo "torch: already in $(VENV)"; \
+	elif torch_site="$$($(PYTHON) -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null)"; then \
+		echo "torch: $(PYTHON)'s, from $$torch_site"; \
+		echo "$$torch_site" > "$$site/$(TORCH_PTH)"; \
+	elif $(PIP) install -q --no-index --no-deps 'torch>=2.1' 2>/dev/null; then \
+		echo "torch: a wheel from pip's find-links"; \
+		$(PIP) install -q torch; \
+	else \
+		echo "torch: pip install torch (the platform's default build)"; \
+		$(PIP) install -q torch; \
+	fi
+	$(PY) -c "import torch; print(f'torch {torch.__version__} (CUDA {torch.version.cuda}) from {torch.__file__}')"
+	touch $(TORCH_STAMP)
+
+$(STAMP): $(TORCH_STAMP) pyproject.toml Makefile
 	$(PIP) install -q -e ".[dev,snntorch]" tomlkit pyserial loguru
-	$(PIP) install -q --no-deps norse==1.1.0 spikingjelly==2.0.0
-	$(PIP) install -q --no-deps elasticai.creator==0.66.0
-	$(PY) -c "import torch, nir, norse, snntorch, nirtorch, spikingjelly.activation_based, elasticai.creator.torch2ir; assert torch.version.cuda is None, 'CUDA torch installed'"
+	$(PIP) install -q --no-deps norse==1.1.0
+	@if $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then \
+		set -ex; \
+		$(PIP) install -q --no-deps spikingjelly==2.0.0; \
+		$(PIP) install -q --no-deps elasticai.creator==0.66.0; \
+		$(PY) -c "import spikingjelly.activation_based, elasticai.creator.torch2ir"; \
+	else \
+		echo "Python 3.10: spikingjelly 2.0.0 and elasticai.creator 0.66.0 need 3.11, left out"; \
+	fi
+	$(PY) -c "import torch, nir, norse, snntorch, nirtorch"
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m nirbridge.demo
 
 tools:
-	@command -v chromium >/dev/null && command -v dot >/dev/null || { \
+	@if command -v dot >/dev/null && { command -v chromium || command -v chromium-browser || \
+		[ -x /Applications/Chromium.app/Contents/MacOS/Chromium ]; } >/dev/null; then :; \
+	elif command -v apt-get >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium graphviz; }
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium graphviz; \
+	elif command -v brew >/dev/null; then \
+		command -v dot >/dev/null || brew install graphviz; \
+		[ -x /Applications/Chromium.app/Contents/MacOS/Chromium ] || brew install --cask chromium; \
+	else \
+		echo "install Chromium and Graphviz (dot) with this system's package manager" >&2; exit 1; \
+	fi
 
 test: $(STAMP) tools
 	$(PY) -m pytest -q
 
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict --site-dir build/site
+
+notebooks: $(STAMP)
+	@$(PY) -c "import jupyterlab" 2>/dev/null || $(PIP) install -q jupyterlab
+	cd notebooks && JUPYTER_PLATFORM_DIRS=1 $(abspath $(VENV))/bin/jupyter lab \
+		$(if $(SUDO),,--allow-root) $(NOTEBOOK_ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_interpret.py

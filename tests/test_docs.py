@@ -1,16 +1,20 @@
-"""The documentation site: it builds with warnings as errors, and its quickstart page
-renders in a real browser with the API names and the plots generated at build time.
+"""The documentation site: it builds with warnings as errors, its quickstart page renders
+in a real browser with the API names and the plots generated at build time, and the
+notebooks are pages of it, executed at build time, with their figures.
 
 The site is built once per session with ``mkdocs build --strict`` (what ``make docs``
-runs) into a temporary folder, served from 127.0.0.1 and opened in Debian's Chromium
-through playwright. ``make tools`` installs Chromium.
+runs) into a temporary folder, served from 127.0.0.1 and opened in Chromium through
+playwright. ``make tools`` installs Chromium.
 """
 
 from __future__ import annotations
 
 import functools
+import html
 import http.server
+import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -20,8 +24,24 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_notebooks import SHOWS  # notebook: (figures, verify reports it prints)
+
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
+NOTEBOOKS = ROOT / "notebooks"
+
+
+def find_chromium() -> Path:
+    """$CHROMIUM, else Debian's Chromium, else one on PATH or in macOS's Applications."""
+    candidates = [os.environ.get("CHROMIUM"), "/usr/bin/chromium"]
+    candidates += [shutil.which(name) for name in ["chromium", "chromium-browser"]]
+    candidates += ["/Applications/Chromium.app/Contents/MacOS/Chromium"]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return Path("/usr/bin/chromium")
+
+
+CHROMIUM = find_chromium()
 # no network here: without the background-networking flags Chromium tries to connect out
 CHROMIUM_ARGS = [
     "--headless",
@@ -34,6 +54,19 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# in the pages mkdocs-jupyter renders: an output cell's figure, its text, its stderr (or a
+# traceback), and a code cell's execution count
+NB_FIGURE = re.compile(
+    r'<div class="jp-RenderedImage jp-OutputArea-output"[^>]*>\s*<img [^>]*src="data:image/png;base64,[A-Za-z0-9+/]{100}'
+)
+NB_TEXT = re.compile(
+    r'<div class="jp-RenderedText jp-OutputArea-output" data-mime-type="text/plain"[^>]*>\s*<pre>(.*?)</pre>',
+    re.S,
+)
+NB_STDERR = re.compile(
+    r'<div [^>]*data-mime-type="application/vnd.jupyter.stderr"[^>]*>\s*<pre>(.*?)</pre>', re.S
+)
+NB_PROMPT = re.compile(r'<div class="jp-InputPrompt jp-InputArea-prompt">In\s*\[(\d*)\]:</div>')
 # API names the quickstart must show as text
 API_NAMES = [
     "nirbridge.read",
@@ -148,5 +181,57 @@ def test_quickstart_in_browser(site: Site, server: str, tmp_path: Path) -> None:
         if plot["tag"] == "img":
             assert plot["complete"] and plot["naturalWidth"] > 0, plot
 
+    outside = [url for url in requests if not url.startswith((server, "data:"))]
+    assert not outside, f"the page fetched from elsewhere: {outside}"
+
+
+def test_the_notebooks_are_pages_in_the_nav(site: Site) -> None:
+    names = sorted(path.stem for path in NOTEBOOKS.glob("*.ipynb"))
+    assert names == sorted(Path(name).stem for name in SHOWS)
+    index = (site.folder / "index.html").read_text()
+    for name in names:
+        assert (site.folder / "notebooks" / name / "index.html").is_file(), name
+        assert f'href="notebooks/{name}/"' in index, f"{name} is not in the site's navigation"
+
+
+@pytest.mark.parametrize("name", sorted(SHOWS))
+def test_notebook_page_shows_its_executed_outputs(site: Site, name: str) -> None:
+    page = (site.folder / "notebooks" / Path(name).stem / "index.html").read_text()
+    prompts = NB_PROMPT.findall(page)
+    assert prompts, f"{name}: no code cells on the page"
+    assert all(prompts), f"{name}: code cells without an execution count, not executed: {prompts}"
+    assert [int(n) for n in prompts] == list(range(1, len(prompts) + 1)), prompts
+    figures, reports = SHOWS[name]
+    assert len(NB_FIGURE.findall(page)) == figures, f"{name}: expected {figures} PNG figures"
+    text = html.unescape("".join(NB_TEXT.findall(page)))
+    assert text.count("verify: equivalent") == reports, text
+    assert "NOT equivalent" not in text
+    stderr = [html.unescape(block) for block in NB_STDERR.findall(page)]
+    assert not stderr, f"{name} printed to stderr or raised:\n{stderr}"
+
+
+def test_notebook_page_in_browser(site: Site, server: str, tmp_path: Path) -> None:
+    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: `make tools` installs Chromium"
+    from playwright.sync_api import sync_playwright
+
+    name = "02_braille_srnn"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            requests: list[str] = []
+            page.on("request", lambda request: requests.append(request.url))
+            page.goto(f"{server}/notebooks/{name}/", wait_until="load")
+            title = page.title()
+            plots = page.eval_on_selector_all("article .jp-RenderedImage img", MEASURE)
+            page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
+        finally:
+            browser.close()
+
+    assert "Braille" in title, title
+    assert len(plots) == SHOWS[f"{name}.ipynb"][0], plots
+    for plot in plots:
+        assert plot["complete"] and plot["naturalWidth"] > 0, plot
+        assert plot["width"] > 100 and plot["height"] > 50, plot
     outside = [url for url in requests if not url.startswith((server, "data:"))]
     assert not outside, f"the page fetched from elsewhere: {outside}"

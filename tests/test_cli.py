@@ -625,7 +625,8 @@ def test_run_refuses_seeds_sizes_and_inputs_it_cannot_use(tmp_path, monkeypatch)
     )
     graph = network()
     graph.nodes["fc"].weight = np.full((5, 3), np.nan, np.float32)
-    nirbridge.write(tmp_path / "nan.nir", graph)
+    with pytest.warns(nirbridge.ParameterWarning, match="'fc' \\(Affine\\): weight is NaN"):
+        nirbridge.write(tmp_path / "nan.nir", graph)
     for command in ("run", "verify"):
         _one_line_failure(
             runner.invoke(main, [command, str(tmp_path / "nan.nir")]), "'fc' (Affine): weight is NaN"

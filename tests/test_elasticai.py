@@ -216,7 +216,11 @@ def test_real_nir_files_go_to_ir_and_back_unchanged(name, tmp_path):
         assert_same(graph, again)
         spiking = [r["type"] for r in ir.values() if r["type"] in ("LIF", "CubaLIF", "IF", "LI")]
         assert spiking  # each of these files holds spiking neurons
-        nirbridge.write(tmp_path / "again.nir", again)
+        if "spyx_shd" in name:  # trained with negative time constants: written as given, said so
+            with pytest.warns(nirbridge.ParameterWarning, match="time constants below 0"):
+                nirbridge.write(tmp_path / "again.nir", again)
+        else:
+            nirbridge.write(tmp_path / "again.nir", again)
         assert_same(graph, nirbridge.read(tmp_path / "again.nir"))
 
 

@@ -9,6 +9,7 @@ playwright. ``make tools`` installs Chromium.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import http.server
@@ -21,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -153,7 +155,9 @@ def test_pages_hold_what_was_generated(site: Site) -> None:
     assert ":math:" not in neurons and ":func:" not in neurons, "reStructuredText roles were not rewritten"
 
 
-def test_quickstart_in_browser(site: Site, server: str, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def browser_page(url: str) -> Iterator[tuple[Any, list[str]]]:
+    """Headless Chromium on ``url``, loaded: the page, and the URLs it has requested."""
     assert CHROMIUM.exists(), f"{CHROMIUM} is missing: `make tools` installs Chromium (Debian's package)"
     from playwright.sync_api import sync_playwright
 
@@ -163,12 +167,17 @@ def test_quickstart_in_browser(site: Site, server: str, tmp_path: Path) -> None:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             requests: list[str] = []
             page.on("request", lambda request: requests.append(request.url))
-            page.goto(f"{server}/", wait_until="load")
-            text = page.inner_text("article")
-            plots = page.eval_on_selector_all("article img.nb-figure, article svg.nb-figure", MEASURE)
-            page.screenshot(path=str(tmp_path / "quickstart.png"), full_page=True)
+            page.goto(url, wait_until="load")
+            yield page, requests
         finally:
             browser.close()
+
+
+def test_quickstart_in_browser(site: Site, server: str, tmp_path: Path) -> None:
+    with browser_page(f"{server}/") as (page, requests):
+        text = page.inner_text("article")
+        plots = page.eval_on_selector_all("article img.nb-figure, article svg.nb-figure", MEASURE)
+        page.screenshot(path=str(tmp_path / "quickstart.png"), full_page=True)
 
     missing = [name for name in API_NAMES if name not in text]
     assert not missing, f"not shown on the quickstart: {missing}"
@@ -211,22 +220,11 @@ def test_notebook_page_shows_its_executed_outputs(site: Site, name: str) -> None
 
 
 def test_notebook_page_in_browser(site: Site, server: str, tmp_path: Path) -> None:
-    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: `make tools` installs Chromium"
-    from playwright.sync_api import sync_playwright
-
     name = "02_braille_srnn"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            requests: list[str] = []
-            page.on("request", lambda request: requests.append(request.url))
-            page.goto(f"{server}/notebooks/{name}/", wait_until="load")
-            title = page.title()
-            plots = page.eval_on_selector_all("article .jp-RenderedImage img", MEASURE)
-            page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
-        finally:
-            browser.close()
+    with browser_page(f"{server}/notebooks/{name}/") as (page, requests):
+        title = page.title()
+        plots = page.eval_on_selector_all("article .jp-RenderedImage img", MEASURE)
+        page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
 
     assert "Braille" in title, title
     assert len(plots) == SHOWS[f"{name}.ipynb"][0], plots

@@ -15,10 +15,10 @@ Agreement must mean something:
 - Spike comparisons carry both sides' spike totals. One in which neither side spikes is
   *silent*: it proves nothing, so it warns (:class:`nirbridge.SilentNetworkWarning`)
   and the report is not ``ok`` unless ``allow_silent=True``.
-- Continuous values are compared relative to each record's magnitude: ``a`` and ``b``
+- Continuous values are compared relative to each neuron's magnitude: ``a`` and ``b``
   (the reference) diverge where ``|a − b| > atol + rtol·max(|b|, m)``, ``m`` the
-  largest finite ``|b|`` of the record, so float32 rounding in a membrane of size 1e3
-  is not taken for a divergence at the values near 0.
+  largest finite ``|b|`` of that neuron over all steps and samples, so float32 rounding
+  in a membrane of size 1e3 is not taken for a divergence at the values near 0.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ class Comparison:
             counts agree; ``None`` for continuous values.
         max_count_difference: for spikes, the largest difference in spike counts.
         first_step: the first time step at which the values diverge (spikes differ, a
-            difference exceeds ``atol + rtol·max(|reference|, m)`` with ``m`` the
-            record's largest ``|reference|``, or either side is NaN or infinite);
+            difference exceeds ``atol + rtol·max(|reference|, m)`` with ``m`` that
+            neuron's largest ``|reference|``, or either side is NaN or infinite);
             ``None`` if they never do.
         problem: set when the two cannot be compared (shapes differ).
         count_differences: for spikes, candidate minus reference spike count of each
@@ -232,7 +232,8 @@ def verify(
             is passed as a ``pathlib.Path``.
         inputs: time first, ``[T, B, ...]`` (a dict by Input name for several).
         atol: a continuous value diverges where ``|a − b| > atol + rtol·max(|b|, m)``
-            (``b`` the reference, ``m`` the largest finite ``|b|`` of the record), or
+            (``b`` the reference, ``m`` the largest finite ``|b|`` of that neuron over
+            all steps and samples), or
             where either is NaN or infinite; spikes must be identical.
         rtol: see ``atol``.
         record: what to compare besides the outputs: ``None`` (the default) records
@@ -386,9 +387,10 @@ def _compare(key: str, a: Any, b: Any, spikes: bool, atol: float, rtol: float) -
         max_count = int(counts.max()) if counts.numel() else 0
         totals = (_total(a64), _total(b64))
     else:
-        finite = b64.abs()[b64.isfinite()]
-        magnitude = float(finite.max()) if finite.numel() else 0.0
-        limit = (atol + rtol * b64.abs().clamp(min=magnitude)).reshape(steps, -1)
+        # each neuron's magnitude: the largest finite |reference| it takes over the run
+        size = a64.abs().where(a64.isfinite(), 0.0)
+        magnitude = size.amax(dim=(0, 1), keepdim=True) if size.dim() > 1 else size.amax()
+        limit = (atol + rtol * torch.maximum(size, magnitude)).reshape(steps, -1)
         bad = ((per_step > limit) | broken).any(dim=1)
         agreement, max_count, differences = None, None, None
     diverged = torch.nonzero(bad)

@@ -264,3 +264,17 @@ def test_native_simulator_modules_verify_without_record():
     assert report.ok and report["output"].reference_spikes > 0, report
     report = nirbridge.verify(imported, native, x)
     assert report.ok and report["output"].candidate_spikes == report["output"].reference_spikes
+
+
+def test_the_tolerance_follows_the_reference_neuron_by_neuron():
+    from nirbridge.verify import _compare
+
+    reference = torch.full((5, 1, 2), 1.0)
+    candidate = reference.clone()
+    candidate[4, 0, 0] = 1e6  # a candidate that blows up does not widen its own tolerance
+    candidate[:, 0, 1] = 1.5
+    assert _compare("v", reference, candidate, False, 1e-6, 1e-5).first_step == 0
+    big_and_small = torch.tensor([[[1000.0, 0.001]]] * 5)
+    off = big_and_small.clone()
+    off[..., 1] = 0.006  # 6x off, next to a neuron of size 1000
+    assert not _compare("v", big_and_small, off, False, 1e-6, 1e-5).ok

@@ -82,12 +82,7 @@ def _rasterable(result: Run, key: str) -> bool:
 
 
 def _spiking_keys(result: Run) -> list[str]:
-    keys = [key for key in result.records if key in result.spiking]
-    if isinstance(result.output, dict):
-        keys += [f"output:{n}" for n in result.output if n in result.spiking_outputs]
-    elif result.spiking_outputs and not any(v is result.output for v in result.records.values()):
-        keys.append("output")
-    return keys
+    return [key for key, (_, spikes) in result.series().items() if spikes]
 
 
 def _draw_raster(result: Run, key: str, sample: int, ax: Any) -> None:

@@ -169,21 +169,24 @@ class Run:
         """Spike totals and rates per spiking record and output (and the range of
         continuous ones): a dict of :class:`RecordSummary` by key that prints as a
         table."""
-        entries = dict(self.records)
-        spiking = set(self.spiking)
-        if isinstance(self.output, torch.Tensor):
-            if not any(v is self.output for v in self.records.values()):
-                entries["output"] = self.output
-                if self.spiking_outputs:
-                    spiking.add("output")
-        else:
-            for name, value in self.output.items():
-                entries[f"output:{name}"] = value
-                if name in self.spiking_outputs:
-                    spiking.add(f"output:{name}")
         return RunSummary(
-            (key, _summarize(key, value, key in spiking, self.dt)) for key, value in entries.items()
+            (key, _summarize(key, value, spikes, self.dt)) for key, (value, spikes) in self.series().items()
         )
+
+    def series(self) -> dict[str, tuple[torch.Tensor, bool]]:
+        """Every record, then every output not recorded under another key (``"output"``,
+        or ``"output:<name>"`` for several), as key -> (values ``[T, B, ...]``, whether
+        they are spikes)."""
+        entries = {key: (value, key in self.spiking) for key, value in self.records.items()}
+        outputs = {"output": self.output} if isinstance(self.output, torch.Tensor) else self.output
+        recorded = {id(value) for value in self.records.values()}
+        for name, value in outputs.items():
+            if id(value) in recorded:
+                continue  # the output of a recorded node: the same tensor, named once
+            key = name if isinstance(self.output, torch.Tensor) else f"output:{name}"
+            spikes = bool(self.spiking_outputs) if key == "output" else name in self.spiking_outputs
+            entries[key] = (value, spikes)
+        return entries
 
     def raster(self, *keys: str, sample: int = 0, ax: Any = None) -> Any:
         """Draw the spikes of the recorded nodes ``keys`` (one sample) as rasters, one
@@ -350,7 +353,7 @@ def run(
             bar.close()
     result = _assemble(collector, level, spike_types, state, built_dt)
     result.thresholds = _thresholds(module, result)
-    _warn_silent(result, module, steps, _output_sources(level))
+    _warn_silent(result, module, steps)
     return result
 
 
@@ -736,43 +739,37 @@ def silence_hint(dt: float, module: Any) -> str:
     )
 
 
-def _output_sources(level: Level | None) -> dict[str, str]:
-    """Output name -> the node whose output it is, where it has exactly one."""
-    if level is None:
-        return {}
-    return {name: level.incoming[name][0][0] for name in level.outputs if len(level.incoming[name]) == 1}
-
-
-def _warn_silent(result: Run, module: Any, steps: int, sources: Mapping[str, str]) -> None:
+def _warn_silent(result: Run, module: Any, steps: int) -> None:
     """One :class:`SilentNetworkWarning` naming every spiking record and output in which
-    no neuron of any sample fired (an output whose node is named already is not)."""
+    no neuron of any sample fired (an output that is a recorded node's is named once)."""
     silent = [
         key
-        for key in result.records
-        if key in result.spiking and not bool(result.records[key].detach().ne(0).any())
+        for key, (value, spikes) in result.series().items()
+        if spikes and value.numel() and not bool(value.detach().ne(0).any())
     ]
-    spiking_outputs = sorted(result.spiking_outputs)
-    if isinstance(result.output, torch.Tensor):
-        outputs = {name: result.output for name in spiking_outputs} or {}
-    else:
-        outputs = result.output
-    silent_outputs = [
-        name
-        for name in spiking_outputs
-        if outputs[name].numel()
-        and sources.get(name) not in silent  # named already, as its node
-        and not bool(outputs[name].detach().ne(0).any())
-    ]
-    if not silent and not silent_outputs:
+    if not silent:
         return
-    named = [repr(k) for k in silent] + [f"output {n!r}" for n in silent_outputs]
-    unrecorded = "" if silent else " (record='outputs' shows which of its nodes stop firing)"
+    named = [
+        repr(key) if key in result.records else f"output {_output_name(result, key)!r}" for key in silent
+    ]
+    unrecorded = (
+        ""
+        if any(key in result.records for key in silent)
+        else " (record='outputs' shows which of its nodes stop firing)"
+    )
     warnings.warn(
         f"nirbridge.run: no spike in {', '.join(named)} over {steps} steps{unrecorded}. "
         + silence_hint(result.dt, module),
         SilentNetworkWarning,
         stacklevel=3,
     )
+
+
+def _output_name(result: Run, key: str) -> str:
+    """The Output node's name behind a :meth:`Run.series` key (``"output"``, ``"output:<name>"``)."""
+    if key.startswith("output:"):
+        return key[len("output:") :]
+    return next(iter(result.spiking_outputs), key)
 
 
 def _thresholds(module: torch.nn.Module, result: Run) -> dict[str, torch.Tensor]:
@@ -848,10 +845,14 @@ class _Collector:
         return [*(self.pieces if self.need_grad else self.buffers), *self.aliases]
 
     def result(self, key: Any) -> torch.Tensor:
+        """The whole run of ``key``; an output that aliases a record is the record's
+        tensor itself (with gradients, its chunks are joined once)."""
         key = self.aliases.get(key, key)
         if self.need_grad:
             pieces = self.pieces[key]
-            return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+            if len(pieces) > 1:
+                self.pieces[key] = pieces = [torch.cat(pieces)]
+            return pieces[0]
         return self.buffers[key]
 
 

@@ -631,3 +631,13 @@ def test_modules_that_keep_their_state_inside_run_step_by_step():
         rest = nirbridge.run(net, x[20:], state=first.state)  # continues from them
     assert expected.sum() > 0
     assert torch.equal(torch.cat([first.output, rest.output]), expected)
+
+
+def test_an_output_that_is_a_recorded_node_is_one_tensor_with_gradients_too():
+    gm = nirbridge.nir_to_torch(two_layer_lif())
+    x = bernoulli(steps=12, batch=2)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            result = nirbridge.run(gm, x, record="lif2", chunk=5)  # three chunks joined
+        assert result.output is result.records["lif2"]  # joined once, not once per name
+        assert "output" not in result.summary() and "lif2" in result.summary()

@@ -159,7 +159,7 @@ def _health(root: Any) -> list[str]:
             interpret._check_time_constants(root, dt)
         except (TypeError, ValueError, AttributeError):
             pass  # values the review already named
-    found += [_cli_terms(str(w.message)) for w in caught]
+    found += [str(w.message) for w in caught]
     if recorded is None and interpret._uses_dt(root):
         found.append(
             f"no time step recorded (metadata['dt']): it runs at dt = {dt:g} s unless given --dt; "

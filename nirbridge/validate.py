@@ -344,16 +344,14 @@ def refused(graph: Any) -> list[str]:
     """What :func:`check_parameters` would refuse in ``graph`` (at its recorded dt, else
     the default): NaN or infinite values, time constants of 0 or below, as a diverged
     training run leaves them. For the warnings of export and :func:`nirbridge.write`."""
-    from .neurons.modules import DEFAULT_DT
+    from .neurons.modules import DEFAULT_DT, check_dt
 
     metadata = getattr(graph, "metadata", None)
     recorded = metadata.get("dt") if isinstance(metadata, dict) else None
     try:
-        dt = float(recorded) if recorded is not None else DEFAULT_DT
-    except (TypeError, ValueError):
-        dt = DEFAULT_DT
-    if not math.isfinite(dt) or dt <= 0:
-        dt = DEFAULT_DT
+        dt = check_dt(recorded) if recorded is not None else DEFAULT_DT
+    except ParameterError:
+        dt = DEFAULT_DT  # an unusable dt: import names it; the values are checked at the default
     return review(graph, dt, suspicious=False)
 
 

@@ -35,7 +35,7 @@ import torch
 
 from .engine.schedule import is_built, level_of
 from .errors import NirBridgeError, SilentNetworkWarning
-from .run import Run, _module, run
+from .run import Run, _module, run, silence_hint
 
 __all__ = ["BACKENDS", "Comparison", "Report", "VerifyError", "verify"]
 
@@ -301,7 +301,7 @@ def verify(
     if silent:
         warnings.warn(
             f"verify: neither side spikes in {', '.join(repr(k) for k in silent)} over {steps} steps, so "
-            "their agreement proves nothing. " + _silence_hint(ref.dt, reference),
+            "their agreement proves nothing. " + silence_hint(ref.dt, reference),
             SilentNetworkWarning,
             stacklevel=2,
         )
@@ -411,9 +411,3 @@ def _compare(key: str, a: Any, b: Any, spikes: bool, atol: float, rtol: float) -
 def _total(spikes: torch.Tensor) -> int:
     """All spikes of a record (NaN counts as none; the comparison is broken anyway)."""
     return int(spikes.nan_to_num(0.0, posinf=0.0, neginf=0.0).ne(0).sum())
-
-
-def _silence_hint(dt: float, module: Any) -> str:
-    from .run import silence_hint
-
-    return silence_hint(dt, module)

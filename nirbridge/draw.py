@@ -162,11 +162,12 @@ def _quoted(*lines: str) -> str:
     return '"' + "\\n".join(_escaped(line) for line in lines) + '"'
 
 
-def to_dot(graph: nir.NIRNode, *, rankdir: str | None = None) -> str:
+def to_dot(graph: nir.NIRNode | Layout, *, rankdir: str | None = None) -> str:
     """The graph as Graphviz DOT text: boxes with name, type and shape; delayed edges
     dashed, red and labelled ``delayed``; nested graphs as dashed clusters. ``rankdir``
-    as in :func:`rankdir_for` (``"TB"``, ``"LR"``, or ``None`` to pick by depth)."""
-    drawn = layout(graph)
+    as in :func:`rankdir_for` (``"TB"``, ``"LR"``, or ``None`` to pick by depth).
+    ``graph`` may be its :func:`layout` already."""
+    drawn = graph if isinstance(graph, Layout) else layout(graph)
     lines = [
         "digraph nir {",
         f'  rankdir={rankdir_for(drawn, rankdir)}; fontname="Helvetica"; fontsize=11;',
@@ -196,11 +197,12 @@ def to_dot(graph: nir.NIRNode, *, rankdir: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_mermaid(graph: nir.NIRNode, *, rankdir: str | None = None) -> str:
+def to_mermaid(graph: nir.NIRNode | Layout, *, rankdir: str | None = None) -> str:
     """The graph as a Mermaid flowchart: the same boxes, delayed edges dotted and
     labelled ``delayed``, nested graphs as subgraphs. ``rankdir`` as in
-    :func:`rankdir_for` (``"TB"``, ``"LR"``, or ``None`` to pick by depth)."""
-    drawn = layout(graph)
+    :func:`rankdir_for` (``"TB"``, ``"LR"``, or ``None`` to pick by depth).
+    ``graph`` may be its :func:`layout` already."""
+    drawn = graph if isinstance(graph, Layout) else layout(graph)
     ids = {name: f"n{i}" for i, name in enumerate([*drawn.boxes, *drawn.members])}
     lines = [f"flowchart {rankdir_for(drawn, rankdir)}"]
 
@@ -248,7 +250,7 @@ def draw(
     rankdir = rankdir_for(drawn, rankdir)
     if suffix in TEXTS:
         text = (
-            to_dot(graph, rankdir=rankdir) if TEXTS[suffix] == "dot" else to_mermaid(graph, rankdir=rankdir)
+            to_dot(drawn, rankdir=rankdir) if TEXTS[suffix] == "dot" else to_mermaid(drawn, rankdir=rankdir)
         )
         atomic_write(target, lambda tmp: _write_text(tmp, text))
         return f"{TEXTS[suffix]} text"
@@ -267,7 +269,7 @@ def draw(
             )
         import graphviz
 
-        image = graphviz.Source(to_dot(graph, rankdir=rankdir)).pipe(format=suffix[1:])
+        image = graphviz.Source(to_dot(drawn, rankdir=rankdir)).pipe(format=suffix[1:])
         atomic_write(target, lambda tmp: _write_bytes(tmp, image))
         return "graphviz"
     if engine == "matplotlib":
@@ -277,7 +279,7 @@ def draw(
         atomic_write(target, lambda tmp: figure.savefig(tmp, format=suffix[1:]))
         return "matplotlib"
     text_path = target + ".dot"
-    atomic_write(text_path, lambda tmp: _write_text(tmp, to_dot(graph, rankdir=rankdir)))
+    atomic_write(text_path, lambda tmp: _write_text(tmp, to_dot(drawn, rankdir=rankdir)))
     return "dot text"
 
 

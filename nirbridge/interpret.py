@@ -148,7 +148,7 @@ def nir_to_torch(
         duplicates = graph_utils.duplicate_edges(graph)
         if duplicates:
             warnings.warn(graph_utils.describe_duplicates(duplicates), RepairWarning, stacklevel=2)
-    assumed = dt is None and _valid_dt(_metadata_dt(graph)) is None and _uses_dt(graph)
+    assumed = dt is None and _metadata_dt(graph) is None and _uses_dt(graph)  # as _time_step decides
     dt = _time_step(graph, dt)
     graph = validate.check_parameters(
         graph, dt, allow_negative_tau=bool(allow_negative_tau), largest=float(torch.finfo(target_dtype).max)
@@ -282,8 +282,7 @@ def _make_trainable(module: torch.nn.Module, trainable: Iterable[str] | bool) ->
 def _time_step(graph: nir.NIRNode, dt: Any) -> float:
     """``dt`` if given (with a :class:`DtWarning` where the graph records another), else
     the graph's ``metadata["dt"]``, else :data:`DEFAULT_DT` with an :class:`AssumedDtWarning`."""
-    metadata = getattr(graph, "metadata", None)
-    recorded = metadata.get("dt") if isinstance(metadata, Mapping) else None
+    recorded = _metadata_dt(graph)
     if dt is not None:
         dt = check_dt(dt, "nir_to_torch(dt=...)")
         stored = _valid_dt(recorded)

@@ -697,8 +697,7 @@ def _summarize(key: str, value: torch.Tensor, spikes: bool, dt: float) -> Record
     neurons = math.prod(value.shape[2:])
     data = value.detach()
     if spikes:
-        fired = data.reshape(steps * batch, neurons) != 0
-        total = int(fired.sum())
+        total = int(torch.count_nonzero(data))
         per_step = total / max(1, steps * batch * neurons)
         return RecordSummary(
             key,
@@ -707,7 +706,7 @@ def _summarize(key: str, value: torch.Tensor, spikes: bool, dt: float) -> Record
             total=total,
             per_step=per_step,
             rate=per_step / dt,
-            silent=int((~fired.any(dim=0)).sum()),
+            silent=int((~data.reshape(steps * batch, neurons).any(dim=0)).sum()),
         )
     values = data.double()
     empty = values.numel() == 0
@@ -745,7 +744,7 @@ def _warn_silent(result: Run, module: Any, steps: int) -> None:
     silent = [
         key
         for key, (value, spikes) in result.series().items()
-        if spikes and value.numel() and not bool(value.detach().ne(0).any())
+        if spikes and value.numel() and not bool(value.detach().any())  # no full-size temporary
     ]
     if not silent:
         return

@@ -83,8 +83,9 @@ def bench_build(sizes: list[int], quick: bool) -> None:
 
 
 def _unchecked(state, inputs, reference, spec):
-    """What the generated forward did before the call-time checks: unpack the state."""
-    return (*unpack_state(state), *inputs)
+    """What the generated forward did before the call-time checks: unpack the state
+    (batched inputs, so no single sample to unbatch)."""
+    return (*unpack_state(state), False, *inputs)
 
 
 def without_checks(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

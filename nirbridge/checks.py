@@ -5,11 +5,16 @@ shapes, dtypes and dictionary keys (never at the data), so a mistake gets an err
 naming the Input node, the state key and the fix instead of a torch error from deep
 inside, or worse, a different answer:
 
-- an input whose feature shape does not fit its Input node's shape, a time-first
-  sequence ``[T, B, ...]`` given to one step, a missing batch axis (:class:`InputError`);
-- bool and integer tensors (spikes) are cast to the module's floating dtype; a float
-  of another precision is an :class:`InputError` (cast it, or build the module with
-  ``dtype=``), as in :func:`nirbridge.run`;
+- an input whose shape fits its Input node's shape neither as a batch ``[B, *shape]``
+  nor as one sample ``shape`` (the tensor's rank decides which reading applies; a
+  sample is a batch of one, and the outputs come back without the batch axis, as torch
+  layers take unbatched inputs), or a time-first sequence ``[T, B, ...]`` given to one
+  step (:class:`InputError`);
+- bool and integer tensors (spikes), and floats of a narrower type, are cast to the
+  module's floating dtype (exactly); a float that the module's dtype cannot hold
+  exactly is an :class:`InputError` where one of nirbridge's own modules takes it
+  (casting would round it), and is passed on as it is where only modules of the
+  user's ``node_map`` take it (they decide how they compute, as in nirtorch);
 - a state from another graph or another simulator's import, with misspelled, missing or
   extra keys, entries of another type, or another batch size (:class:`StateError`; a
   batch-1 state is broadcast over the input's batch, as torch broadcasts).
@@ -33,6 +38,7 @@ __all__ = [
     "check_step",
     "check_types",
     "state_type_name",
+    "unbatch",
 ]
 
 # state types whose first field is batch first, for the batch-size check
@@ -237,27 +243,28 @@ def state_type_name(module: torch.nn.Module) -> str | None:
 
 
 def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Tensor, spec: tuple) -> tuple:
-    """Check one call's inputs and state; return ``(node_states, delayed, *inputs)``,
-    the inputs cast to ``reference``'s dtype where they are bool or integer.
+    """Check one call's inputs and state; return ``(node_states, delayed, single, *inputs)``:
+    ``single`` is True where the inputs are single samples (given batch axis 1 here, to
+    be removed from the outputs by :func:`unbatch`), and the inputs are batch first and
+    cast to ``reference``'s dtype where that is exact.
 
     ``spec`` is ``(top level?, input names, input shapes (None where unknown), stateful
     node names, their state type names (None where unknown), delayed sources, the
     feature shapes of their states and of the delayed sources' outputs (None where
-    unknown))``, fixed when the module is
-    built; a nested graph's inputs come checked from its parent.
+    unknown), for each input the nodes of nirbridge's own that take it directly)``,
+    fixed when the module is built; a nested graph's inputs come checked from its parent.
     """
-    top, names, shapes, node_keys, state_types, delayed_keys, state_shapes, delayed_shapes = spec
+    top, names, shapes, node_keys, state_types, delayed_keys, state_shapes, delayed_shapes, takers = spec
     batch = None
+    single = None
     checked = []
-    for name, x, shape in zip(names, inputs, shapes):
+    for name, x, shape, own in zip(names, inputs, shapes, takers):
         if not top:  # a nested graph: its parent checked and cast the input
             checked.append(x)
             batch = x.shape[0]
             continue
         if not isinstance(x, torch.Tensor):
             raise InputError(f"input {name!r} is a {type(x).__name__}; pass a tensor [B, ...]")
-        if x.dim() == 0:
-            raise InputError(f"input {name!r} is a number (0-d tensor); pass a batch of values [B, ...]")
         if x.layout != torch.strided:
             raise InputError(f"input {name!r} is a {x.layout} tensor; pass a dense one (x.to_dense())")
         if x.device != reference.device:
@@ -265,25 +272,40 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
                 f"input {name!r} is on {x.device} but the module on {reference.device}; "
                 f"pass x.to({str(reference.device)!r})"
             )
-        if shape is not None and x.shape[1:] != shape:
+        one = shape is not None and x.shape == shape  # the rank decides: [*shape] or [B, *shape]
+        if not one and x.dim() == 0:
+            raise InputError(f"input {name!r} is a number (0-d tensor); pass a batch of values [B, ...]")
+        if shape is not None and not one and x.shape[1:] != shape:
             raise InputError(_shape_problem(name, tuple(x.shape), shape))
+        if single is None:
+            single = one
+        elif one != single:
+            raise InputError(_mixed_batches(names, inputs, shapes))
+        if one:
+            x = x.unsqueeze(0)
         dtype = reference.dtype
         if not x.is_floating_point():
             if x.is_complex():
                 raise InputError(f"input {name!r} is complex ({x.dtype}); pass real values")
             x = x.to(dtype)
         elif x.dtype != dtype:
-            raise InputError(
-                f"input {name!r} is {x.dtype} but the module computes in {dtype}; pass x.to({dtype}) "
-                f"or build the module with nir_to_torch(..., dtype={x.dtype})"
-            )
+            if torch.promote_types(x.dtype, dtype) == dtype:
+                x = x.to(dtype)  # a narrower float: every value is kept exactly
+            elif own:
+                raise InputError(
+                    f"input {name!r} is {x.dtype}, but {_nodes(own)} in {dtype}, which "
+                    f"cannot hold every {x.dtype} value: casting would round the input and change "
+                    f"the results. Pass x.to({dtype}) to accept the rounding, or build the module "
+                    f"with nir_to_torch(..., dtype={x.dtype})"
+                )
         if batch is None:
             batch = x.shape[0]
         elif x.shape[0] != batch:
             raise InputError(f"inputs disagree on the batch size: {x.shape[0]} for {name!r}, {batch} before")
         checked.append(x)
+    single = bool(single)
     if state is None:
-        return {}, {}, *checked
+        return {}, {}, single, *checked
     nodes, delayed = unpack_state(state)
     if (
         len(nodes) != len(node_keys)
@@ -306,24 +328,55 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
                 state_batch = value.shape[0]
                 break
     if batch is not None and state_batch is not None and state_batch not in (batch, 1):
+        given = "one sample (a batch of 1)" if single else f"a batch of {batch}"
         raise StateError(
-            f"the state holds a batch of {state_batch} but the input a batch of {batch}; keep the "
+            f"the state holds a batch of {state_batch} but the input is {given}; keep the "
             "batch size within a sequence (a batch-1 state is broadcast over any batch), or pass "
             "state=None to start a new one"
         )
     check_state_tensors(nodes, node_keys, state_shapes, reference, batch, "state")
     check_delayed(delayed, delayed_keys, delayed_shapes, reference, batch, "state")
-    return nodes, delayed, *checked
+    return nodes, delayed, single, *checked
+
+
+def unbatch(out: Any, single: bool) -> Any:
+    """The outputs of one call: without their batch axis where the inputs were single
+    samples (:func:`check_step` gave them a batch axis of 1), as given otherwise."""
+    if not single:
+        return out
+    if isinstance(out, dict):
+        return {key: value.squeeze(0) for key, value in out.items()}
+    return out.squeeze(0)
+
+
+def _nodes(names: tuple[str, ...]) -> str:
+    """``node 'a' computes`` or ``nodes 'a', 'b' compute``."""
+    shown = ", ".join(map(repr, names[:3])) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"node {shown} computes" if len(names) == 1 else f"nodes {shown} compute"
+
+
+def _mixed_batches(names: Any, inputs: Any, shapes: Any) -> str:
+    """The message for inputs of which some are single samples and some batches."""
+    readings = []
+    for name, x, shape in zip(names, inputs, shapes):
+        if isinstance(x, torch.Tensor):
+            kind = "one sample" if shape is not None and x.shape == shape else "a batch"
+            readings.append(f"{name!r} {list(x.shape)} is {kind}")
+    return (
+        f"inputs mix single samples and batches ({'; '.join(readings)}); give every input a batch "
+        "axis (x.unsqueeze(0) for one sample), or none"
+    )
 
 
 def _shape_problem(name: str, got: tuple[int, ...], shape: tuple[int, ...]) -> str:
     wanted = ", ".join(map(str, shape))
-    message = f"input {name!r} has shape {list(got)}, but Input node {name!r} takes [B, {wanted}]"
+    message = (
+        f"input {name!r} has shape {list(got)}, but Input node {name!r} takes a batch [B, {wanted}] "
+        f"or one sample [{wanted}]"
+    )
     if got[2:] == shape:
         return (
             f"{message}. It looks like a sequence [T, B, {wanted}]: a module call computes one time "
             f"step; loop over time (for x_t in x: out, state = gm(x_t, state)) or use nirbridge.run(gm, x)"
         )
-    if got == shape:
-        return f"{message}. It looks like one sample without its batch axis: pass x.unsqueeze(0)"
-    return f"{message} (batch first, then the features the graph was built for)"
+    return f"{message} (the features the graph was built for, after the batch axis if there is one)"

@@ -28,7 +28,7 @@ import torch.fx as fx
 
 from . import graph as graph_utils
 from . import layers, neurons, validate
-from .checks import check_output, check_step, state_type_name
+from .checks import check_output, check_step, state_type_name, unbatch
 from .engine import precision as _precision
 from .errors import (
     AssumedDtWarning,
@@ -483,12 +483,16 @@ def add_delayed(x: torch.Tensor, *previous: torch.Tensor | None) -> torch.Tensor
 
 
 def delayed_only(
-    reference: torch.Tensor, shape: tuple[int, ...], *previous: torch.Tensor | None
+    reference: torch.Tensor,
+    shape: tuple[int, ...],
+    *previous: torch.Tensor | None,
+    like: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Input of a node fed only by delayed edges: their sum, zeros at the first step."""
+    """Input of a node fed only by delayed edges: their sum, zeros at the first step
+    (batch as ``reference``'s first axis, dtype and device as ``like``'s, else ``reference``'s)."""
     present = [p for p in previous if p is not None]
     if not present:
-        return reference.new_zeros((reference.shape[0], *shape))
+        return (reference if like is None else like).new_zeros((reference.shape[0], *shape))
     total = present[0]
     for p in present[1:]:
         total = total + p
@@ -565,7 +569,7 @@ class _Retracer(fx.Tracer):
     helpers are recorded as calls instead of being run on proxies."""
 
     def __init__(self) -> None:
-        super().__init__(autowrap_functions=(check_step, check_output, add_delayed, delayed_only))
+        super().__init__(autowrap_functions=(check_step, check_output, add_delayed, delayed_only, unbatch))
 
 
 _RESERVED = frozenset(dir(fx.GraphModule)) | {"graph", "code", "meta", "training"}
@@ -673,6 +677,7 @@ def _build(
     state_in = g.placeholder("state", default_value=None)
     # the call-time checks (nirbridge.checks): shapes, dtypes and keys, never the data
     root.register_buffer(_DTYPE, torch.empty(0), persistent=False)
+    dtype_of = g.get_attr(_DTYPE)
     stateful_names = tuple(n for n in the_plan.order if stateful.get(n))
     spec = (
         not path,  # a nested graph's input comes from its parent, checked there
@@ -683,19 +688,21 @@ def _build(
         tuple(the_plan.delayed_sources),
         tuple(_state_shape(built[n], shapes.outputs.get(n)) for n in stateful_names),
         tuple(_known(shapes.outputs.get(s)) for s in the_plan.delayed_sources),
+        tuple(_own_takers(name, the_plan, built, checked_outputs) for name in the_plan.inputs),
     )
     checked = g.create_node(
         "call_function",
         check_step,
-        (state_in, tuple(values[n] for n in the_plan.inputs), g.get_attr(_DTYPE), spec),
+        (state_in, tuple(values[n] for n in the_plan.inputs), dtype_of, spec),
         name="checked",
     )
     node_states = g.create_node("call_function", operator.getitem, (checked, 0), name="node_states")
     delayed_in = g.create_node("call_function", operator.getitem, (checked, 1), name="delayed_outputs")
+    single = g.create_node("call_function", operator.getitem, (checked, 2), name="single_sample")
     for index, name in enumerate(the_plan.inputs):
         raw = values[name]
         values[name] = g.create_node(
-            "call_function", operator.getitem, (checked, 2 + index), name=f"{raw.name}_"
+            "call_function", operator.getitem, (checked, 3 + index), name=f"{raw.name}_"
         )
         values[name].meta["nir_node"] = name
     reference = values[the_plan.inputs[0]]
@@ -726,7 +733,11 @@ def _build(
                 )
             late_shapes[name] = tuple(shape)
             x = g.create_node(
-                "call_function", delayed_only, (reference, tuple(shape), *late), name=f"{_safe(name)}_in"
+                "call_function",
+                delayed_only,
+                (reference, tuple(shape), *late),
+                {"like": dtype_of},
+                name=f"{_safe(name)}_in",
             )
         if isinstance(node, nir.Output):
             values[name] = x
@@ -759,6 +770,8 @@ def _build(
             "node and an edge into it"
         )
     out_value: Any = outputs[0] if len(outputs) == 1 else dict(zip(the_plan.outputs, outputs))
+    if not path:  # single samples come back without the batch axis the call gave them
+        out_value = g.create_node("call_function", unbatch, (out_value, single), name="outputs")
     new_state = {
         NODES: new_node_states,
         DELAYED: {source: values[source] for source in the_plan.delayed_sources},
@@ -820,6 +833,22 @@ def _user_outputs(
             continue
         result[name] = _known(shapes.outputs.get(name))
     return result
+
+
+def _own_takers(
+    name: str,
+    the_plan: graph_utils.Plan,
+    built: Mapping[str, torch.nn.Module],
+    user_modules: Mapping[str, Any],
+) -> tuple[str, ...]:
+    """The nodes built by nirbridge (not by a user's ``node_map``) that take Input node
+    ``name``'s value directly: they compute in the module's dtype, so an input of a
+    wider dtype would be rounded for them (see :func:`nirbridge.checks.check_step`)."""
+    return tuple(
+        node
+        for node, edges in the_plan.incoming.items()
+        if node in built and node not in user_modules and any(source == name for source, _ in edges)
+    )
 
 
 def _state_shape(module: torch.nn.Module, shape: Any) -> tuple[int, ...] | None:

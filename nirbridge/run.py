@@ -538,26 +538,14 @@ def _check_inputs(
     steps = batch = None
     for name, x in sequences.items():
         shape = _declared_shape(io_nodes.get(name))
-        if x.dim() < 2:
+        if x.dim() < 2 or (shape is not None and tuple(x.shape[2:]) != shape):
+            raise InputError(_sequence_problem(name, tuple(x.shape), shape))
+        if x.is_floating_point() and torch.promote_types(x.dtype, dtype) != dtype:
             raise InputError(
-                f"input {name!r} has shape {list(x.shape)}; run takes time first, then batch: "
-                f"[T, B{', ' + ', '.join(map(str, shape)) if shape else ', ...'}]"
-            )
-        if shape is not None and tuple(x.shape[2:]) != shape:
-            hint = (
-                " It looks like one time step [B, ...] or a sequence without a batch axis: add the "
-                "missing axis (x.unsqueeze(1) for one sample)."
-                if tuple(x.shape[1:]) == shape or tuple(x.shape[-len(shape) :]) == shape
-                else ""
-            )
-            raise InputError(
-                f"input {name!r} has shape {list(x.shape)}, but Input node {name!r} takes "
-                f"{list(shape)} per sample, so run expects [T, B, {', '.join(map(str, shape))}].{hint}"
-            )
-        if x.is_floating_point() and x.dtype != dtype:
-            raise InputError(
-                f"input {name!r} is {x.dtype} but the module computes in {dtype}; pass "
-                f"x.to({dtype}) or build the module with nir_to_torch(..., dtype={x.dtype})"
+                f"input {name!r} is {x.dtype}, but the module computes in {dtype}, which cannot hold "
+                f"every {x.dtype} value: casting would round the input and change the results. Pass "
+                f"x.to({dtype}) to accept the rounding, or build the module with "
+                f"nir_to_torch(..., dtype={x.dtype})"
             )
         if x.is_complex():
             raise InputError(f"input {name!r} is complex ({x.dtype}); pass real values")
@@ -574,6 +562,25 @@ def _check_inputs(
     if steps == 0:
         raise InputError("inputs hold no time steps (T = 0); pass at least one step")
     return steps
+
+
+def _sequence_problem(name: str, got: tuple[int, ...], shape: tuple[int, ...] | None) -> str:
+    """Why an input is not ``[T, B, *shape]``, and the axis to add where one is missing."""
+    features = ", ".join(map(str, shape)) if shape else "..."
+    message = (
+        f"input {name!r} has shape {list(got)}, but run takes time first, then batch: [T, B, {features}]"
+    )
+    if shape is not None and got[1:] == shape:
+        return (
+            f"{message}. It looks like the sequence of one sample [T, {features}]: pass x.unsqueeze(1); "
+            f"or one time step of a batch [B, {features}]: pass x.unsqueeze(0), or call the module "
+            "for one step, out, state = gm(x, state)"
+        )
+    if shape is not None and got == shape:
+        return f"{message}. It looks like one sample at one time step: pass x.reshape(1, 1, {features})"
+    if shape is not None and got[-len(shape) :] == shape:
+        return f"{message}. The features fit, so an axis is missing or one too many"
+    return message + (f" ({list(shape)} per sample, as the Input node declares)" if shape else "")
 
 
 def _declared_shape(node: Any) -> tuple[int, ...] | None:
@@ -856,9 +863,11 @@ class _Collector:
 
 
 def _cast(x: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``x`` on ``device`` in ``dtype``: spikes (bool, integers) and narrower floats are
+    cast exactly (wider floats were refused by ``_check_inputs``)."""
     if x.device != device:
         x = x.to(device, non_blocking=True)
-    if not x.is_floating_point():
+    if x.dtype != dtype:
         x = x.to(dtype)
     return x
 

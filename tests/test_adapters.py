@@ -14,6 +14,7 @@ import snntorch as snn
 import snntorch.utils
 import torch
 from torch import nn
+from torch.utils import _pytree as pytree
 
 import nirbridge
 from nirbridge import neurons
@@ -243,6 +244,23 @@ def test_real_files_give_identical_spikes_in_all_three_backends(name):
     fns = {target: (lambda x, s, m=m: m(x, s)) for target, m in modules.items()}
     steps = 100 if name.startswith("NIR__paper__03") else 12
     assert run_side_by_side(graph, fns, shape, steps=steps, rate=0.3) > 0
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+@pytest.mark.parametrize("target", sorted(FROM_NIR))
+def test_one_sample_without_a_batch_axis_runs_as_the_batchs_row(name, target, rng):
+    """Every import takes one sample [*shape] as torch layers do: the output has no batch
+    axis and equals the batch's first row, spike for spike, the state a batch of 1."""
+    shape, dt = REAL[name]
+    module = FROM_NIR[target](EXAMPLES / name, dt=dt, dtype=torch.float64)
+    spikes = torch.from_numpy(rng.random((12, 2, *shape)) < 0.3).double()
+    state_one = state_batch = None
+    for x in spikes:
+        batch, state_batch = module(x, state_batch)
+        one, state_one = module(x[0], state_one)
+        assert one.shape == batch.shape[1:] and torch.equal(one, batch[0])
+    leaves = [leaf for leaf in pytree.tree_leaves(state_one) if isinstance(leaf, torch.Tensor)]
+    assert leaves and all(leaf.shape[0] == 1 for leaf in leaves)
 
 
 @pytest.mark.parametrize("name", sorted(REAL))

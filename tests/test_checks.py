@@ -41,11 +41,12 @@ def two_inputs() -> nir.NIRGraph:
 def test_a_feature_shape_that_does_not_fit_names_the_input(gm):
     with pytest.raises(
         nirbridge.InputError,
-        match=r"input 'input' has shape \[4, 13\], but Input node 'input' takes \[B, 12\]",
+        match=r"input 'input' has shape \[4, 13\], but Input node 'input' takes a batch \[B, 12\] or one "
+        r"sample \[12\]",
     ):
         gm(torch.zeros(4, 13))  # today: mat1 and mat2 shapes cannot be multiplied
-    with pytest.raises(nirbridge.InputError, match=r"without its batch axis: pass x.unsqueeze\(0\)"):
-        gm(torch.zeros(12))
+    with pytest.raises(nirbridge.InputError, match=r"has shape \[13\]"):
+        gm(torch.zeros(13))
     with pytest.raises(ValueError, match="input 'b' has shape"):  # a ValueError, as nirtorch's
         nirbridge.nir_to_torch(two_inputs())(torch.zeros(1, 2), torch.zeros(1, 4))
     with pytest.raises(nirbridge.InputError, match="is a list; pass a tensor"):
@@ -61,31 +62,166 @@ def test_a_time_first_sequence_given_to_one_step_says_to_loop_or_run(gm):
     assert "for x_t in x: out, state = gm(x_t, state)" in message and "nirbridge.run(gm, x)" in message
 
 
-def test_spikes_of_any_integer_or_bool_dtype_are_cast_and_other_floats_refused(gm):
+def test_spikes_of_any_integer_or_bool_dtype_and_narrower_floats_are_cast_and_wider_floats_refused(gm):
     rng = np.random.default_rng(0)
     spikes = torch.from_numpy(rng.random((30, 3, 12)) < 0.3)
     expected, state = [], None
     for x in spikes:
         out, state = gm(x.float(), state)
         expected.append(out)
-    for dtype in (torch.bool, torch.uint8, torch.int32, torch.int64):
+    for dtype in (torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16):
         state = None
         for t, x in enumerate(spikes):
             out, state = gm(x.to(dtype), state)
             assert out.dtype == torch.float32 and torch.equal(out, expected[t]), (dtype, t)
-    with pytest.raises(
-        nirbridge.InputError, match=r"is torch.float64 but the module computes in torch.float32"
-    ):
+    with pytest.raises(nirbridge.InputError) as info:
         gm(spikes[0].double())
+    message = str(info.value)
+    assert "input 'input' is torch.float64, but node 'fc1' computes in torch.float32" in message
+    assert "casting would round the input and change the results" in message
+    assert "x.to(torch.float32)" in message and "dtype=torch.float64" in message
+    half = nirbridge.nir_to_torch(BRAILLE, dt=1e-4, dtype=torch.float16)
+    with pytest.raises(
+        nirbridge.InputError, match="torch.bfloat16, but node 'fc1' computes in torch.float16"
+    ):
+        half(spikes[0].bfloat16())  # neither holds the other's values
     double = nirbridge.nir_to_torch(BRAILLE, dt=1e-4, dtype=torch.float64)
     assert double(spikes[0])[0].dtype == torch.float64  # bool cast to the module's dtype
+    assert double(spikes[0].float())[0].dtype == torch.float64  # float32 widened exactly
     assert gm.double()(spikes[0])[0].dtype == torch.float64  # and it follows .to(dtype)
     gm.float()
 
 
+class LeakyNode(torch.nn.Module):
+    """A user's LI module as nirtorch's tests write it: float64 parameters kept as plain
+    attributes (``.to(dtype)`` does not move them), so it returns float64."""
+
+    def __init__(self, node: nir.LI) -> None:
+        super().__init__()
+        self.tau, self.r, self.v_leak = (
+            torch.from_numpy(np.asarray(a)) for a in (node.tau, node.r, node.v_leak)
+        )
+
+    def forward(self, x, state=None):
+        if state is None:
+            state = self.v_leak
+        new = state + self.tau * (self.r * x - self.v_leak)
+        return new, new
+
+
+def test_a_modules_own_outputs_are_valid_inputs():
+    """A user's map module returns float64 from a float32 graph; fed back as the next
+    input it reaches only that module, so it is passed on as it is, as nirtorch does."""
+    tau, r, v_leak = np.array([0.3]), np.array([0.7]), np.array([0.2])
+    graph = nir.NIRGraph.from_list(nir.LI(tau, r, v_leak))
+    module = nirbridge.nir_to_torch(graph, {nir.LI: LeakyNode})
+    data = torch.tensor([0.5])
+    out, state = module(data)
+    assert out.dtype == torch.float64 and out.shape == (1,)
+    v1 = v_leak + tau * (r * 0.5 - v_leak)  # the user's equation in numpy
+    np.testing.assert_allclose(out.numpy(), v1, rtol=1e-15)
+    again, state = module(out, state)  # today: "input is torch.float64 but the module computes in float32"
+    v2 = v1 + tau * (r * v1 - v_leak)
+    np.testing.assert_allclose(again.numpy(), v2, rtol=1e-15)
+    assert state["nodes"]["li"].shape == (1, 1)  # the batch axis of one sample stays in the state
+
+
+def test_a_wider_float_is_refused_where_a_node_of_nirbridges_takes_it():
+    """The same float64 input is passed on to the user's module but would be rounded for
+    nirbridge's Linear beside it: refused, naming only the node that would round it."""
+    graph = nir.NIRGraph(
+        nodes={
+            "in": nir.Input(np.array([1])),
+            "li": nir.LI(np.array([0.3]), np.array([0.7]), np.array([0.2])),
+            "fc": nir.Linear(np.ones((1, 1))),
+            "out": nir.Output(np.array([1])),
+        },
+        edges=[("in", "li"), ("in", "fc"), ("li", "out"), ("fc", "out")],
+        type_check=False,
+    )
+    module = nirbridge.nir_to_torch(graph, {nir.LI: LeakyNode})
+    with pytest.raises(nirbridge.InputError, match=r"but node 'fc' computes in torch.float32"):
+        module(torch.tensor([0.5], dtype=torch.float64))
+    out, _ = module(torch.tensor([0.5]))
+    assert torch.allclose(out, torch.tensor([0.2 + 0.3 * (0.7 * 0.5 - 0.2) + 0.5], dtype=torch.float64))
+
+
+def test_one_sample_without_a_batch_axis_is_a_batch_of_one(gm):
+    """As torch layers take unbatched inputs: the output comes back without the batch
+    axis, the state keeps a batch axis of 1, so it can be passed back, or broadcast."""
+    rng = np.random.default_rng(1)
+    spikes = torch.from_numpy(rng.random((20, 12)) < 0.3).float()
+    state_b = state_s = None
+    for x in spikes:
+        batched, state_b = gm(x.unsqueeze(0), state_b)
+        single, state_s = gm(x, state_s)
+        assert single.shape == (7,) and torch.equal(single, batched[0])
+        assert state_s["nodes"]["lif2"].v.shape == (1, 7)
+        assert torch.equal(state_s["delayed"]["lif1.w_rec"], state_b["delayed"]["lif1.w_rec"])
+    out, _ = gm(spikes[:3], state_s)  # a one-sample state continues a batch (broadcast)
+    assert out.shape == (3, 7)
+    with pytest.raises(
+        nirbridge.StateError, match="the state holds a batch of 3 but the input is one sample"
+    ):
+        gm(spikes[0], gm(spikes[:3])[1])
+
+
+def test_the_rank_decides_between_one_sample_and_a_batch():
+    """Input [3, 3]: a [3, 3] tensor is one sample, [3, 3, 3] a batch of three; shapes that
+    fit neither are refused, and a [T, B, ...] sequence still gets its own message."""
+    weight = np.arange(9.0).reshape(3, 3)
+    graph = nir.NIRGraph(
+        nodes={
+            "in": nir.Input(np.array([3, 3])),
+            "s": nir.Scale(np.ones(3) * 2),
+            "out": nir.Output(np.array([3, 3])),
+        },
+        edges=[("in", "s"), ("s", "out")],
+        type_check=False,
+    )
+    module = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    x = torch.from_numpy(weight)
+    assert module(x)[0].shape == (3, 3) and torch.equal(module(x)[0], 2 * x)
+    batch = torch.stack([x, x + 1, x + 2])
+    out, _ = module(batch)
+    assert out.shape == (3, 3, 3) and torch.equal(out[2], 2 * (x + 2))
+    with pytest.raises(nirbridge.InputError, match="It looks like a sequence"):
+        module(batch.unsqueeze(0).expand(5, 3, 3, 3))
+    with pytest.raises(nirbridge.InputError, match=r"has shape \[3\], but Input node 'in' takes"):
+        module(torch.zeros(3, dtype=torch.float64))
+
+
+def test_inputs_that_mix_samples_and_batches_are_refused():
+    module = nirbridge.nir_to_torch(two_inputs())
+    out, state = module(torch.ones(2), torch.ones(3))  # both single samples
+    assert out.shape == (3,) and state["nodes"]["lif"].v.shape == (1, 3)
+    with pytest.raises(nirbridge.InputError) as info:
+        module(torch.ones(2), torch.ones(1, 3))
+    message = str(info.value)
+    assert "inputs mix single samples and batches" in message
+    assert "'a' [2] is one sample; 'b' [1, 3] is a batch" in message
+
+
+def test_several_outputs_of_one_sample_drop_the_batch_axis():
+    graph = nir.NIRGraph(
+        nodes={
+            "in": nir.Input(np.array([2])),
+            "s": nir.Scale(np.array([2.0, 3.0])),
+            "o1": nir.Output(np.array([2])),
+            "o2": nir.Output(np.array([2])),
+        },
+        edges=[("in", "s"), ("s", "o1"), ("in", "o2")],
+        type_check=False,
+    )
+    out, _ = nirbridge.nir_to_torch(graph, dtype=torch.float64)(torch.tensor([1.0, 1.0], dtype=torch.float64))
+    assert out["o1"].tolist() == [2.0, 3.0] and out["o2"].tolist() == [1.0, 1.0]
+
+
 def test_a_batch_size_that_differs_from_the_states(gm):
     _, state = gm(torch.zeros(4, 12))
-    with pytest.raises(nirbridge.StateError, match="the state holds a batch of 4 but the input a batch of 3"):
+    with pytest.raises(
+        nirbridge.StateError, match="the state holds a batch of 4 but the input is a batch of 3"
+    ):
         gm(torch.zeros(3, 12), state)
     _, one = gm(torch.zeros(1, 12))
     out, continued = gm(torch.zeros(3, 12), one)  # a batch-1 state is broadcast, as documented

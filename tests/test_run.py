@@ -365,14 +365,26 @@ def gm(rng):
 
 
 def test_input_shape_errors_name_the_input_and_the_expected_shape(gm):
-    with pytest.raises(nirbridge.InputError, match=r"Input node 'input' takes \[3\].*\[T, B, 3\]"):
+    with pytest.raises(
+        nirbridge.InputError, match=r"\[10, 2, 4\], but run takes.*\[T, B, 3\] \(\[3\] per sample"
+    ):
         nirbridge.run(gm, torch.zeros(10, 2, 4))
-    with pytest.raises(nirbridge.InputError, match="one time step"):
+    with pytest.raises(nirbridge.InputError) as info:  # one sample's sequence, or one step of a batch
         nirbridge.run(gm, torch.zeros(2, 3))
+    assert "the sequence of one sample [T, 3]: pass x.unsqueeze(1)" in str(info.value)
+    assert "one time step of a batch [B, 3]: pass x.unsqueeze(0)" in str(info.value)
+    with pytest.raises(nirbridge.InputError, match=r"one sample at one time step: pass x.reshape\(1, 1, 3\)"):
+        nirbridge.run(gm, torch.zeros(3))
     with pytest.raises(nirbridge.InputError, match="T = 0"):
         nirbridge.run(gm, torch.zeros(0, 2, 3))
-    with pytest.raises(nirbridge.InputError, match="float64.*float32"):
+    with pytest.raises(
+        nirbridge.InputError, match="float64, but the module computes in torch.float32.*would round"
+    ):
         nirbridge.run(gm, torch.zeros(4, 2, 3, dtype=torch.float64))
+    x = torch.from_numpy(np.random.default_rng(2).random((6, 2, 3)) < 0.5)
+    exact = nirbridge.run(gm, x.float()).output
+    for dtype in (torch.bool, torch.int64, torch.float16, torch.bfloat16):  # cast exactly
+        assert torch.equal(nirbridge.run(gm, x.to(dtype)).output, exact), dtype
     with pytest.raises(nirbridge.InputError, match="missing"):
         nirbridge.run(gm, {"other": torch.zeros(4, 2, 3)})
 

@@ -42,9 +42,11 @@ __all__ = [
     "check_structure",
     "conv_args",
     "padding_arg",
+    "pool_args",
     "cycles",
     "declared_shape",
     "evaluation_order",
+    "given",
     "Shapes",
     "infer_shapes",
     "integer",
@@ -478,8 +480,8 @@ def pool_args(node: Any, owner: str) -> tuple[tuple[int, ...], tuple[int, ...], 
     0. Kernels and strides are 1 or more, paddings 0 or more and at most half the kernel
     (a window that lies wholly in the padding has nothing to pool)."""
     kernel = ints(node.kernel_size, 2, "kernel_size", owner, minimum=1)
-    stride = ints(node.stride, 2, "stride", owner, minimum=1) if _given(node.stride) else kernel
-    padding = ints(node.padding, 2, "padding", owner, minimum=0) if _given(node.padding) else (0, 0)
+    stride = ints(node.stride, 2, "stride", owner, minimum=1) if given(node.stride) else kernel
+    padding = ints(node.padding, 2, "padding", owner, minimum=0) if given(node.padding) else (0, 0)
     if any(p > k // 2 for p, k in zip(padding, kernel)):
         raise ParameterError(
             f"{owner}: padding {list(padding)} is more than half the kernel {list(kernel)}, so windows "
@@ -488,7 +490,7 @@ def pool_args(node: Any, owner: str) -> tuple[tuple[int, ...], tuple[int, ...], 
     return kernel, stride, padding
 
 
-def _given(value: Any) -> bool:
+def given(value: Any) -> bool:
     """Whether an optional field holds something (nir stores a missing one as None or [])."""
     if value is None or isinstance(value, (str, bytes)):
         return value is not None

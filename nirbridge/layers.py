@@ -3,7 +3,7 @@ Flatten and Threshold, both directions side by side.
 
 Each ``*_to_torch`` function converts one NIR node to a module and each ``*_to_nir``
 function one module to a NIR node. NIR shapes exclude the batch axis, torch tensors
-carry it first, so dims given in NIR (Flatten) are shifted by one.
+carry it first, so dims given in NIR (Flatten) are shifted past it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import LossyConversionWarning, ParameterError
-from .graph import conv_args, integer, ints, padding_arg, pool_args
+from .graph import conv_args, given, integer, ints, padding_arg, pool_args
 from .neurons.functional import spike
 
 __all__ = [
@@ -35,7 +35,9 @@ __all__ = [
     "flatten_to_nir",
     "flatten_to_torch",
     "linear_to_nir",
+    "lppool2d_to_nir",
     "linear_to_torch",
+    "nir_flatten_to_nir",
     "scale_to_nir",
     "scale_to_torch",
     "sumpool2d_to_nir",
@@ -71,25 +73,32 @@ class Threshold(torch.nn.Module):
         return spike(x, self.threshold)
 
 
-class SumPool2d(torch.nn.Module):
+class SumPool2d(torch.nn.LPPool2d):
     """Sum over each pooling window, zero padding counted.
 
-    Each window's rows are added first (in row order), then the row sums (in column
-    order), as strided slices: for 2x2 windows two additions over the input, several
-    times faster than ``avg_pool2d(..., divisor_override=1)`` on the CPU.
+    It is torch's ``LPPool2d`` with ``norm_type=1`` (what nirtorch builds for NIR's
+    SumPool2d), plus NIR's ``padding``, computed as an exact sum: ``LPPool2d`` averages
+    and multiplies by the window size, which rounds. Each window's rows are added first
+    (in row order), then the row sums (in column order), as strided slices: for 2x2
+    windows two additions over the input, several times faster than
+    ``avg_pool2d(..., divisor_override=1)`` on the CPU. Takes ``[B, C, H, W]`` or one
+    sample ``[C, H, W]``.
     """
 
     def __init__(
-        self, kernel_size: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]
+        self,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] | None = None,
+        padding: int | tuple[int, int] = 0,
     ) -> None:
-        super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        super().__init__(1, kernel_size, stride if stride is not None else kernel_size)
+        self.padding = padding
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        (kh, kw), (sh, sw), (ph, pw) = self.kernel_size, self.stride, self.padding
+        (kh, kw), (sh, sw), (ph, pw) = _two(self.kernel_size), _two(self.stride), _two(self.padding)
         if ph or pw:
             x = F.pad(x, (pw, pw, ph, ph))
         rows = (x.shape[-2] - kh) // sh + 1
@@ -105,13 +114,35 @@ class SumPool2d(torch.nn.Module):
         return out if kh * kw > 1 else out.clone()
 
 
-class Flatten(torch.nn.Flatten):
-    """``torch.nn.Flatten`` whose dims are NIR's (without the batch axis)."""
+def _two(value: int | tuple[int, ...]) -> tuple[int, int]:
+    """A pooling argument as a pair: torch takes one integer for both axes."""
+    if isinstance(value, int):
+        return value, value
+    first, second = value
+    return first, second
 
-    def __init__(self, start_dim: int = 0, end_dim: int = -1) -> None:
-        super().__init__(
-            start_dim + 1 if start_dim >= 0 else start_dim, end_dim + 1 if end_dim >= 0 else end_dim
-        )
+
+class Flatten(torch.nn.Flatten):
+    """``torch.nn.Flatten`` whose dims are NIR's: counted in one sample, without the batch axis.
+
+    ``start_dim`` and ``end_dim`` hold NIR's numbers. Given a sample of ``rank`` axes
+    (the node's input type), the axes in front of it are the batch (or time and batch):
+    a batch ``[B, *sample]`` flattens dims ``start_dim + 1`` to ``end_dim + 1``, one
+    sample flattens ``start_dim`` to ``end_dim``, as torch layers take unbatched inputs.
+    Without ``rank``, one leading batch axis is assumed.
+    """
+
+    def __init__(self, start_dim: int = 0, end_dim: int = -1, rank: int | None = None) -> None:
+        super().__init__(start_dim, end_dim)
+        self.rank = rank
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + ("" if self.rank is None else f", rank={self.rank}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = 1 if self.rank is None else x.dim() - self.rank
+        start, end = self.start_dim, self.end_dim
+        return x.flatten(start + lead if start >= 0 else start, end + lead if end >= 0 else end)
 
 
 def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Linear:
@@ -215,21 +246,36 @@ def conv2d_to_torch(node: nir.Conv2d) -> torch.nn.Conv2d:
     return _conv(node, 2)
 
 
+def _pool_torch_args(node: Any, owner: str) -> tuple[Any, Any, Any]:
+    """A pooling node's (kernel, stride, padding) as torch takes them: one integer where
+    the node gives one (as ``torch.nn.AvgPool2d(3)`` keeps ``kernel_size == 3``), else pairs."""
+    pairs = pool_args(node, owner)
+    stride = node.stride if given(node.stride) else node.kernel_size
+    padding = node.padding if given(node.padding) else 0
+    return tuple(
+        pair[0] if np.ndim(given) == 0 else pair
+        for pair, given in zip(pairs, (node.kernel_size, stride, padding))
+    )
+
+
 def avgpool2d_to_torch(node: nir.AvgPool2d) -> torch.nn.AvgPool2d:
     """AvgPool2d as ``torch.nn.AvgPool2d`` (zero padding counted in the average)."""
-    kernel, stride, padding = pool_args(node, "AvgPool2d")
+    kernel, stride, padding = _pool_torch_args(node, "AvgPool2d")
     return torch.nn.AvgPool2d(kernel, stride, padding, count_include_pad=True)
 
 
 def sumpool2d_to_torch(node: nir.SumPool2d) -> SumPool2d:
     """SumPool2d: the sum over each window, with zero padding."""
-    return SumPool2d(*pool_args(node, "SumPool2d"))
+    return SumPool2d(*_pool_torch_args(node, "SumPool2d"))
 
 
 def flatten_to_torch(node: nir.Flatten) -> Flatten:
-    """Flatten with NIR's dims (counted without the batch axis)."""
+    """Flatten with NIR's dims (counted without the batch axis), over samples of the
+    node's input rank."""
+    shape = (node.input_type or {}).get("input") if isinstance(node.input_type, dict) else None
+    rank = len(shape) if shape is not None and np.ndim(shape) == 1 and len(shape) else None
     return Flatten(
-        integer(node.start_dim, "start_dim", "Flatten"), integer(node.end_dim, "end_dim", "Flatten")
+        integer(node.start_dim, "start_dim", "Flatten"), integer(node.end_dim, "end_dim", "Flatten"), rank
     )
 
 
@@ -361,9 +407,27 @@ def avgpool2d_to_nir(module: torch.nn.AvgPool2d) -> nir.AvgPool2d:
 
 def sumpool2d_to_nir(module: SumPool2d) -> nir.SumPool2d:
     return nir.SumPool2d(
-        kernel_size=np.array(module.kernel_size, dtype=np.int64),
-        stride=np.array(module.stride, dtype=np.int64),
-        padding=np.array(module.padding, dtype=np.int64),
+        kernel_size=np.array(_two(module.kernel_size), dtype=np.int64),
+        stride=np.array(_two(module.stride), dtype=np.int64),
+        padding=np.array(_two(module.padding), dtype=np.int64),
+    )
+
+
+def lppool2d_to_nir(module: torch.nn.LPPool2d) -> nir.SumPool2d:
+    """``torch.nn.LPPool2d`` with ``norm_type=1`` (nirtorch's module for SumPool2d): the
+    sum over each window, as NIR SumPool2d. Other norms and ``ceil_mode`` have no NIR form."""
+    if module.norm_type != 1:
+        raise ParameterError(
+            f"LPPool2d: norm_type={module.norm_type} has no NIR form; only norm_type=1 (the window "
+            "sum) is NIR's SumPool2d"
+        )
+    if module.ceil_mode:
+        raise ParameterError("LPPool2d: ceil_mode=True has no NIR form (NIR rounds the output size down)")
+    kernel = _two(module.kernel_size)
+    return nir.SumPool2d(
+        kernel_size=np.array(kernel, dtype=np.int64),
+        stride=np.array(_two(module.stride) if module.stride is not None else kernel, dtype=np.int64),
+        padding=np.zeros(2, dtype=np.int64),
     )
 
 
@@ -387,6 +451,11 @@ def flatten_to_nir(module: torch.nn.Flatten) -> nir.Flatten:
         start_dim=_nir_dim(module.start_dim, "start_dim", "Flatten"),
         end_dim=_nir_dim(module.end_dim, "end_dim", "Flatten"),
     )
+
+
+def nir_flatten_to_nir(module: Flatten) -> nir.Flatten:
+    """nirbridge's :class:`Flatten` (NIR's dims already) as NIR Flatten."""
+    return nir.Flatten(input_type=None, start_dim=module.start_dim, end_dim=module.end_dim)
 
 
 def flatten_function_to_nir(input: Any, start_dim: int = 0, end_dim: int = -1) -> nir.Flatten:

@@ -133,7 +133,9 @@ DEFAULT_MAP: dict[Any, Any] = {
     nn.Conv1d: layers.conv_to_nir,
     nn.Conv2d: layers.conv_to_nir,
     nn.AvgPool2d: layers.avgpool2d_to_nir,
-    nn.Flatten: layers.flatten_to_nir,  # also nirbridge.layers.Flatten, a subclass
+    nn.Flatten: layers.flatten_to_nir,
+    layers.Flatten: layers.nir_flatten_to_nir,  # NIR's dims, unlike nn.Flatten
+    nn.LPPool2d: layers.lppool2d_to_nir,  # norm_type=1, as nirtorch imports SumPool2d
     nn.Identity: BRIDGE,
     layers.Scale: layers.scale_to_nir,
     layers.Threshold: layers.threshold_to_nir,
@@ -900,11 +902,12 @@ class _Exporter:
         if isinstance(value, fx.Node) and isinstance(values.get(value), _Stateful):
             # the model returns a stateful module's (out, state), as nn.Sequential(..., LIF) does
             return {_unique("output", taken): values[value].names}
-        if returns_state:
+        alone = isinstance(value, fx.Node) and isinstance(values.get(value), _Sources)
+        if returns_state and not alone:  # a forward taking a state returns (output, state) or its output
             if not (isinstance(value, (tuple, list)) and len(value) == 2):
                 raise TraceError(
-                    "forward takes a state argument, so it must return (output, state); it "
-                    f"returned {type(value).__name__}"
+                    "forward takes a state argument, so it must return (output, state) or its "
+                    f"output alone; it returned {type(value).__name__}"
                 )
             value = value[0]
 

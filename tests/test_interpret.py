@@ -154,6 +154,57 @@ def test_flatten(rng, start, end):
     compare_with_reference(gm, graph, drive(rng, (2, 3, 4)), 2, DT)
 
 
+def window_sums(x: np.ndarray, kernel, stride, padding) -> np.ndarray:
+    """SumPool2d in numpy: zero padding, then the sum of each window."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    pad = [(0, 0)] * (x.ndim - 2) + [(ph, ph), (pw, pw)]
+    x = np.pad(x, pad)
+    rows, cols = (x.shape[-2] - kh) // sh + 1, (x.shape[-1] - kw) // sw + 1
+    out = np.zeros((*x.shape[:-2], rows, cols))
+    for i in range(rows):
+        for j in range(cols):
+            out[..., i, j] = x[..., i * sh : i * sh + kh, j * sw : j * sw + kw].sum(axis=(-2, -1))
+    return out
+
+
+def test_pooling_keeps_torchs_argument_form_and_sum_pooling_is_lp_pooling_of_norm_one(rng):
+    """As nirtorch builds them: one integer stays one (torch's AvgPool2d(3) has
+    kernel_size 3), and SumPool2d is an LPPool2d with norm_type 1, but an exact sum
+    with NIR's padding, on a batch or one sample [C, H, W]."""
+    avg = nirbridge.nir_to_torch(nir.AvgPool2d(3, 2, 1))
+    assert type(avg) is torch.nn.AvgPool2d and (avg.kernel_size, avg.stride, avg.padding) == (3, 2, 1)
+    avg = nirbridge.nir_to_torch(nir.AvgPool2d(np.array([3, 2]), np.array([2, 1]), np.array([1, 0])))
+    assert (avg.kernel_size, avg.stride, avg.padding) == ((3, 2), (2, 1), (1, 0))
+    pool = nirbridge.nir_to_torch(nir.SumPool2d(2, 1, 0))
+    assert isinstance(pool, torch.nn.LPPool2d) and pool.norm_type == 1
+    assert (pool.kernel_size, pool.stride, pool.padding) == (2, 1, 0)
+    assert torch.equal(pool(torch.ones(3, 5, 5)), torch.full((3, 4, 4), 4.0))
+    node = nir.SumPool2d(np.array([3, 2]), np.array([1, 2]), np.array([1, 1]))
+    pool = nirbridge.nir_to_torch(node, dtype=torch.float64)
+    assert (pool.kernel_size, pool.stride, pool.padding) == ((3, 2), (1, 2), (1, 1))
+    x = rng.integers(-8, 9, size=(4, 3, 7, 6)).astype(np.float64)  # whole numbers: every sum exact
+    expected = window_sums(x, (3, 2), (1, 2), (1, 1))
+    assert torch.equal(pool(torch.from_numpy(x)), torch.from_numpy(expected))
+    assert torch.equal(pool(torch.from_numpy(x[1])), torch.from_numpy(expected[1]))
+    default = nirbridge.nir_to_torch(nir.SumPool2d(np.array([2, 2]), None, None))
+    assert (default.stride, default.padding) == ((2, 2), 0)  # stride defaults to the kernel
+
+
+def test_flatten_keeps_nirs_dims_and_takes_a_sample_or_a_batch(rng):
+    """nirtorch's test: Flatten(start_dim=2, end_dim=3) of input [1, 2, 10, 10] is a
+    torch Flatten with those dims; they count in one sample, so a batch [B, 1, 2, 10, 10]
+    and a sample [1, 2, 10, 10] both become [..., 1, 2, 100]."""
+    flat = nirbridge.nir_to_torch(nir.Flatten({"input": np.array([1, 2, 10, 10])}, 2, 3))
+    assert isinstance(flat, torch.nn.Flatten) and (flat.start_dim, flat.end_dim) == (2, 3)
+    x = rng.normal(size=(4, 1, 2, 10, 10))
+    assert torch.equal(flat(torch.from_numpy(x)), torch.from_numpy(x.reshape(4, 1, 2, 100)))
+    assert torch.equal(flat(torch.from_numpy(x[0])), torch.from_numpy(x[0].reshape(1, 2, 100)))
+    steps = torch.from_numpy(x).expand(3, 4, 1, 2, 10, 10)  # time and batch in front
+    assert flat(steps).shape == (3, 4, 1, 2, 100)
+    unknown = nirbridge.layers.Flatten(0, -1)  # no rank: one batch axis in front
+    assert unknown(torch.from_numpy(x)).shape == (4, 200)
+
+
 def recurrent_block(rng, n, with_bias=True):
     """Input -> Affine -> LIF <-> Linear -> Output, as a nested graph."""
     lif = neuron_params(rng, n, "LIF")

@@ -31,7 +31,9 @@ def test_cells_follow_the_maps():
     }
     assert rows["Affine"]["nirbridge"] == "nn.Linear ⇄" and rows["Affine"]["torch (export)"] == "nn.Linear"
     assert rows["Conv2d"]["torch (export)"] == "nn.Conv2d"
-    assert rows["Flatten"]["torch (export)"] == "nn.Flatten, torch.flatten, torch.Tensor.flatten"
+    assert (
+        rows["Flatten"]["torch (export)"] == "nn.Flatten, layers.Flatten, torch.flatten, torch.Tensor.flatten"
+    )
     assert rows["CubaLIF"]["norse"] == "LIFCell, LIF ⇄" and rows["CubaLIF"]["snntorch"] == "Synaptic ⇄"
     assert rows["IF"]["snntorch"] == "Leaky ⇄"  # Leaky with β = 1
     assert rows["NIRGraph"]["snntorch"] == "RLeaky, RSynaptic → NIR"

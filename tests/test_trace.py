@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from torch import nn
 
 import nirbridge
-from nirbridge import neurons
+from nirbridge import layers, neurons
 from nirbridge.adapters import norse as norse_adapter
 from nirbridge.adapters import snntorch as snntorch_adapter
 from nirbridge.layers import Scale
@@ -622,6 +622,8 @@ class Doubled(nn.Module):
         (Branchy(), nirbridge.TraceError, r"could not trace Branchy.forward"),
         (Doubled(), nirbridge.GraphStructureError, r"adds the output of \['fc'\] to itself"),
         (nn.Sequential(nn.Flatten(0)), nirbridge.NodeConversionError, r"'0' \(Flatten\).*batch axis"),
+        (nn.Sequential(nn.LPPool2d(2, 2)), nirbridge.NodeConversionError, r"norm_type=2 has no NIR form"),
+        (nn.Sequential(nn.LPPool2d(1, 2, ceil_mode=True)), nirbridge.NodeConversionError, r"ceil_mode=True"),
     ],
 )
 def test_models_nir_cannot_express_get_errors_that_say_what_to_do(model, error, match):
@@ -894,6 +896,50 @@ def test_nirtorch_keywords_default_dict_stateful_modules_concrete_args_type_chec
     grouped = nn.Sequential(nn.Conv1d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(16, 2))
     graph = nirbridge.torch_to_nir(grouped, example_input=torch.zeros(1, 4, 6), type_check=True)
     assert tuple(graph.nodes["2"].input_type["input"]) == (16,)
+
+
+def test_nirtorchs_pooling_and_nirbridges_flatten_export_as_nir_says():
+    """nirtorch imports SumPool2d as torch's LPPool2d(norm_type=1): it exports as
+    SumPool2d and runs alike; nirbridge's Flatten holds NIR's dims and exports them."""
+    model = nn.Sequential(nn.LPPool2d(1, 2), layers.Flatten(0, -1, rank=3), nn.Linear(18, 2))
+    x = torch.from_numpy(np.random.default_rng(3).integers(0, 5, size=(2, 2, 6, 6))).to(model[2].weight.dtype)
+    graph = nirbridge.torch_to_nir(model, example_input=x)
+    pool, flat = graph.nodes["0"], graph.nodes["1"]
+    assert type(pool) is nir.SumPool2d
+    assert (
+        pool.kernel_size.tolist() == [2, 2]
+        and pool.stride.tolist() == [2, 2]
+        and pool.padding.tolist() == [0, 0]
+    )
+    assert type(flat) is nir.Flatten and (flat.start_dim, flat.end_dim) == (0, -1)
+    out, _ = nirbridge.nir_to_torch(graph, dtype=x.dtype)(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-6, atol=1e-6)  # LPPool2d rounds its average
+
+
+def test_a_forward_taking_state_may_return_its_output_alone():
+    """nirtorch's concrete_args={"state": None} case: forward(x, state=None) that returns
+    only its output exports that output."""
+
+    class WithState(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(2, 2)
+
+        def forward(self, x, state=None):
+            if state is None:
+                state = [0.0]
+            return self.linear(x)
+
+    graph = nirbridge.torch_to_nir(WithState(), concrete_args={"state": None})
+    assert [type(n).__name__ for n in graph.nodes.values()] == ["Input", "Affine", "Output"]
+    with pytest.raises(nirbridge.TraceError, match=r"must return \(output, state\) or its output alone"):
+
+        class Triple(WithState):
+            def forward(self, x, state=None):
+                y = self.linear(x)
+                return y, y, y
+
+        nirbridge.torch_to_nir(Triple(), concrete_args={"state": None})
 
 
 def test_a_failing_converter_is_still_a_value_error():

@@ -580,7 +580,7 @@ def _module_path(name: str) -> str:
     for segment in name.split("."):
         # fx writes non-identifier names into generated code as getattr(self, "...")
         cleaned = "".join("_" if c in '"\\' or not c.isprintable() else c for c in segment)
-        fixed = cleaned
+        fixed = f"nir_node_{cleaned}" if keyword.iskeyword(cleaned) else cleaned  # nirtorch's name
         while fixed in _RESERVED or _private(fixed) or keyword.iskeyword(fixed):
             fixed = f"{fixed}_" if not fixed.startswith("_") else f"n{fixed}"
         if fixed != segment:

@@ -11,10 +11,11 @@ inside, or worse, a different answer:
   layers take unbatched inputs), or a time-first sequence ``[T, B, ...]`` given to one
   step (:class:`InputError`);
 - bool and integer tensors (spikes), and floats of a narrower type, are cast to the
-  module's floating dtype (exactly); a float that the module's dtype cannot hold
-  exactly is an :class:`InputError` where one of nirbridge's own modules takes it
-  (casting would round it), and is passed on as it is where only modules of the
-  user's ``node_map`` take it (they decide how they compute, as in nirtorch);
+  module's floating dtype; a float that the module's dtype cannot hold exactly is an
+  :class:`InputError` where one of nirbridge's own modules takes it (casting would
+  round it), and is passed on as it is where only modules of the user's ``node_map``
+  take it (they decide how they compute, as in nirtorch); what such a module returns
+  to nirbridge's modules is cast or refused alike (:func:`check_output`);
 - a state from another graph or another simulator's import, with misspelled, missing or
   extra keys, entries of another type, or another batch size (:class:`StateError`; a
   batch-1 state is broadcast over the input's batch, as torch broadcasts).
@@ -212,11 +213,20 @@ def check_delayed(
             _tensor_problem(value, f"{where}[{DELAYED!r}][{key!r}]", key, feature, reference, batch, True)
 
 
-def check_output(out: Any, node: str, shape: tuple[int, ...] | None, lead: int = 1) -> Any:
+def check_output(
+    out: Any,
+    node: str,
+    shape: tuple[int, ...] | None,
+    lead: int = 1,
+    reference: torch.Tensor | None = None,
+    takers: tuple[str, ...] = (),
+) -> Any:
     """Return ``out`` once a user's module (from ``node_map``) returned a tensor, of the
     shape the graph expects after ``lead`` leading axes (batch; time and batch in
     :func:`nirbridge.run`) where the graph fixes one; otherwise a
-    :class:`ShapeMismatchError` naming the node."""
+    :class:`ShapeMismatchError` naming the node. Where nodes of nirbridge's own
+    (``takers``) take the output, it is cast to ``reference``'s dtype if that holds it
+    exactly and refused if not, as inputs are (:func:`check_step`)."""
     if not isinstance(out, torch.Tensor):
         raise ShapeMismatchError(
             f"node {node!r}: its module (from node_map) returned a {type(out).__name__}, not a tensor; "
@@ -230,6 +240,15 @@ def check_output(out: Any, node: str, shape: tuple[int, ...] | None, lead: int =
             f"expects [{', '.join(map(str, (axes, *shape)))}] there; make the module return the NIR "
             "node's output shape (batch first)"
         )
+    if reference is not None and out.dtype != reference.dtype:
+        if out.is_floating_point() and torch.promote_types(out.dtype, reference.dtype) != reference.dtype:
+            raise ShapeMismatchError(
+                f"node {node!r}: its module (from node_map) returned {out.dtype}, but {_nodes(takers)} in "
+                f"{reference.dtype}, which cannot hold every {out.dtype} value: casting would round it "
+                f"and change the results. Make the module return {reference.dtype}, or build the module "
+                f"with nir_to_torch(..., dtype={out.dtype})"
+            )
+        out = out.to(reference.dtype)
     return out
 
 
@@ -369,14 +388,16 @@ def _mixed_batches(names: Any, inputs: Any, shapes: Any) -> str:
 
 
 def _shape_problem(name: str, got: tuple[int, ...], shape: tuple[int, ...]) -> str:
-    wanted = ", ".join(map(str, shape))
+    def axes(*lead: str) -> str:
+        return "[" + ", ".join(map(str, (*lead, *shape))) + "]"
+
     message = (
-        f"input {name!r} has shape {list(got)}, but Input node {name!r} takes a batch [B, {wanted}] "
-        f"or one sample [{wanted}]"
+        f"input {name!r} has shape {list(got)}, but Input node {name!r} takes a batch {axes('B')} "
+        f"or one sample {list(shape)}"
     )
     if got[2:] == shape:
         return (
-            f"{message}. It looks like a sequence [T, B, {wanted}]: a module call computes one time "
-            f"step; loop over time (for x_t in x: out, state = gm(x_t, state)) or use nirbridge.run(gm, x)"
+            f"{message}. It looks like a sequence {axes('T', 'B')}: a module call computes one time step; "
+            "loop over time (for x_t in x: out, state = gm(x_t, state)) or use nirbridge.run(gm, x)"
         )
     return f"{message} (the features the graph was built for, after the batch axis if there is one)"

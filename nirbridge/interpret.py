@@ -647,7 +647,8 @@ def _build(
     module_paths: dict[str, str] = {}
     built: dict[str, torch.nn.Module] = {}
     stateful: dict[str, bool] = {}
-    used_paths: set[str] = set()
+    wanted = {n: _module_path(n) for n in the_plan.order if not isinstance(nodes[n], _STRUCTURAL)}
+    used_paths = {p for n, p in wanted.items() if p == n}  # names kept as they are come first
     for name in the_plan.order:
         node = nodes[name]
         if isinstance(node, _STRUCTURAL):
@@ -657,11 +658,14 @@ def _build(
             module = _build_subgraph(node, name, label, shapes, node_map, dt, the_plan)
         else:
             module = _convert(label, node, node_map, dt)
+        if type(module) is layers.Flatten and shapes.inputs.get(name) is not None:
+            module.rank = len(shapes.inputs[name])  # the shape flowing in, not a stale input_type
         built[name] = module
-        module_path = _module_path(name)
-        while module_path in used_paths:  # two names that were repaired alike
-            module_path += "_"
-        used_paths.add(module_path)
+        module_path = wanted[name]
+        if module_path != name:  # repaired: take a path no other node has
+            while module_path in used_paths:
+                module_path += "_"
+            used_paths.add(module_path)
         module_paths[name] = module_path
         stateful[name] = _is_stateful(module)
     checked_outputs = _user_outputs(nodes, built, node_map, shapes)
@@ -754,10 +758,12 @@ def _build(
             out = g.create_node("call_module", target, (x,), name=_safe(name))
         if name in checked_outputs:
             expected = checked_outputs[name]
+            takers = _own_takers(name, the_plan, built, checked_outputs)
             out = g.create_node(
                 "call_function",
                 check_output,
                 (out, _label(path, name), expected),
+                {"reference": dtype_of, "takers": takers} if takers else {},
                 name=f"{_safe(name)}_checked",
             )
         out.meta["nir_node"] = name
@@ -794,6 +800,8 @@ def _build(
         "late_shapes": late_shapes,
         # output shapes to check where a user's module computes a node
         "checked_outputs": checked_outputs,
+        # the nodes of nirbridge's own that take each input directly, for run's dtype check
+        "own_takers": dict(zip(the_plan.inputs, spec[8])),
         # the feature shapes of the nodes' state tensors, for run's state check
         "state_shapes": {n: s for n, s in zip(stateful_names, spec[6]) if s is not None},
         "delayed_shapes": dict(zip(the_plan.delayed_sources, spec[7])),
@@ -841,9 +849,10 @@ def _own_takers(
     built: Mapping[str, torch.nn.Module],
     user_modules: Mapping[str, Any],
 ) -> tuple[str, ...]:
-    """The nodes built by nirbridge (not by a user's ``node_map``) that take Input node
-    ``name``'s value directly: they compute in the module's dtype, so an input of a
-    wider dtype would be rounded for them (see :func:`nirbridge.checks.check_step`)."""
+    """The nodes built by nirbridge (not by a user's ``node_map``; a nested graph counts
+    as nirbridge's) that take node ``name``'s value directly: they compute in the
+    module's dtype, so a value of a wider dtype would be rounded for them (see
+    :func:`nirbridge.checks.check_step` and :func:`nirbridge.checks.check_output`)."""
     return tuple(
         node
         for node, edges in the_plan.incoming.items()

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .errors import LossyConversionWarning, ParameterError
+from .errors import LossyConversionWarning, ParameterError, ShapeMismatchError
 from .graph import conv_args, given, integer, ints, padding_arg, pool_args
 from .neurons.functional import spike
 
@@ -141,8 +141,20 @@ class Flatten(torch.nn.Flatten):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = 1 if self.rank is None else x.dim() - self.rank
+        if lead < 0:
+            raise ShapeMismatchError(
+                f"Flatten takes samples of {self.rank} axes (or batches of them), got shape {list(x.shape)}"
+            )
         start, end = self.start_dim, self.end_dim
         return x.flatten(start + lead if start >= 0 else start, end + lead if end >= 0 else end)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "rank" not in state:  # pickled by an older nirbridge: dims shifted past the batch axis
+            state = dict(state, rank=None)
+            for key in ("start_dim", "end_dim"):
+                if state.get(key, -1) > 0:
+                    state[key] -= 1
+        super().__setstate__(state)
 
 
 def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Linear:

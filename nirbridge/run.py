@@ -233,9 +233,11 @@ def run(
             ``.nir`` file (built with ``nir_to_torch(dt=dt)``), or a single stateful
             or stateless module.
         inputs: time first, ``[T, B, ...]``; several Input nodes take a dict by Input
-            name (or a sequence in graph order). bool and integer spike tensors are
-            cast to the module's floating dtype, chunk by chunk; other floating
-            dtypes raise :class:`InputError`. Chunks are moved to the module's device.
+            name (or a sequence in graph order). bool and integer spike tensors and
+            narrower floats are cast to the module's floating dtype, chunk by chunk; a
+            wider float raises :class:`InputError` where a node of nirbridge's takes it
+            (casting would round it) and is passed on to the user's ``node_map``
+            modules otherwise. Chunks are moved to the module's device.
         state: the state to start from (``None``: fresh), as the module returns it.
         record: node paths to record (``"lif"``: its output and state variables;
             ``"lif.output"``: only its output; ``"lif.v"``: one variable;
@@ -541,12 +543,21 @@ def _check_inputs(
         if x.dim() < 2 or (shape is not None and tuple(x.shape[2:]) != shape):
             raise InputError(_sequence_problem(name, tuple(x.shape), shape))
         if x.is_floating_point() and torch.promote_types(x.dtype, dtype) != dtype:
-            raise InputError(
-                f"input {name!r} is {x.dtype}, but the module computes in {dtype}, which cannot hold "
-                f"every {x.dtype} value: casting would round the input and change the results. Pass "
-                f"x.to({dtype}) to accept the rounding, or build the module with "
-                f"nir_to_torch(..., dtype={x.dtype})"
-            )
+            takers = _own_takers(module, level, name)
+            if takers is None or takers:
+                where = (
+                    "the module computes"
+                    if not takers
+                    else f"node {takers[0]!r} computes"
+                    if len(takers) == 1
+                    else f"nodes {', '.join(map(repr, takers))} compute"
+                )
+                raise InputError(
+                    f"input {name!r} is {x.dtype}, but {where} in {dtype}, which cannot hold every "
+                    f"{x.dtype} value: casting would round the input and change the results. Pass "
+                    f"x.to({dtype}) to accept the rounding, or build the module with "
+                    f"nir_to_torch(..., dtype={x.dtype})"
+                )
         if x.is_complex():
             raise InputError(f"input {name!r} is complex ({x.dtype}); pass real values")
         if x.layout != torch.strided or x.is_meta:
@@ -562,6 +573,16 @@ def _check_inputs(
     if steps == 0:
         raise InputError("inputs hold no time steps (T = 0); pass at least one step")
     return steps
+
+
+def _own_takers(module: torch.nn.Module, level: Level | None, name: str) -> tuple[str, ...] | None:
+    """The nodes of nirbridge's own that take input ``name`` (in the module's dtype), and
+    the nodes fed only by delayed edges, which start from zeros of the first input's
+    dtype; None where unknown (a module not built by nirbridge)."""
+    known = module.meta["nirbridge"].get("own_takers") if level is not None else None
+    if known is None:
+        return None
+    return tuple(known.get(name, ())) + (tuple(level.late_shapes) if name == level.inputs[0] else ())
 
 
 def _sequence_problem(name: str, got: tuple[int, ...], shape: tuple[int, ...] | None) -> str:
@@ -863,11 +884,11 @@ class _Collector:
 
 
 def _cast(x: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``x`` on ``device`` in ``dtype``: spikes (bool, integers) and narrower floats are
-    cast exactly (wider floats were refused by ``_check_inputs``)."""
+    """``x`` on ``device``, in ``dtype`` where that holds it: spikes (bool, integers) and
+    narrower floats are cast; a wider float reaches only the user's modules (``_check_inputs``)."""
     if x.device != device:
         x = x.to(device, non_blocking=True)
-    if x.dtype != dtype:
+    if x.dtype != dtype and torch.promote_types(x.dtype, dtype) == dtype:
         x = x.to(dtype)
     return x
 

@@ -146,6 +146,40 @@ def test_a_wider_float_is_refused_where_a_node_of_nirbridges_takes_it():
     assert torch.allclose(out, torch.tensor([0.2 + 0.3 * (0.7 * 0.5 - 0.2) + 0.5], dtype=torch.float64))
 
 
+def test_a_user_modules_wider_output_is_refused_where_nirbridges_node_takes_it():
+    """A float64 input passes on to the user's Linear, but what it returns reaches
+    nirbridge's LIF: refused at once, naming both (it used to give the LIF a float64
+    state, then a StateError at the next step about that very state)."""
+    graph = nir.NIRGraph(
+        nodes={
+            "in": nir.Input(np.array([2])),
+            "fc": nir.Linear(np.ones((2, 2))),
+            "lif": nir.LIF(np.full(2, 1e-3), np.ones(2), np.zeros(2), np.ones(2), np.zeros(2)),
+            "out": nir.Output(np.array([2])),
+        },
+        edges=[("in", "fc"), ("fc", "lif"), ("lif", "out")],
+        metadata={"dt": 1e-4},
+        type_check=False,
+    )
+
+    class Linear64(torch.nn.Module):
+        """A weight kept as a plain attribute, so .to(dtype) leaves it float64."""
+
+        def __init__(self, node):
+            super().__init__()
+            self.weight = torch.from_numpy(node.weight)
+
+        def forward(self, x):
+            return x @ self.weight.T
+
+    module = nirbridge.nir_to_torch(graph, {nir.Linear: Linear64})
+    with pytest.raises(nirbridge.ShapeMismatchError) as info:
+        module(torch.ones(2, dtype=torch.float64))
+    message = str(info.value)
+    assert "node 'fc': its module (from node_map) returned torch.float64" in message
+    assert "but node 'lif' computes in torch.float32" in message and "would round" in message
+
+
 def test_one_sample_without_a_batch_axis_is_a_batch_of_one(gm):
     """As torch layers take unbatched inputs: the output comes back without the batch
     axis, the state keeps a batch axis of 1, so it can be passed back, or broadcast."""
@@ -189,6 +223,24 @@ def test_the_rank_decides_between_one_sample_and_a_batch():
         module(batch.unsqueeze(0).expand(5, 3, 3, 3))
     with pytest.raises(nirbridge.InputError, match=r"has shape \[3\], but Input node 'in' takes"):
         module(torch.zeros(3, dtype=torch.float64))
+
+
+def test_a_scalar_input_names_its_shapes_plainly():
+    graph = nir.NIRGraph(
+        nodes={
+            "in": nir.Input(np.array([], dtype=int)),
+            "s": nir.Scale(np.array(2.0)),
+            "out": nir.Output(None),
+        },
+        edges=[("in", "s"), ("s", "out")],
+        type_check=False,
+    )
+    module = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    assert module(torch.tensor(3.0, dtype=torch.float64))[0].item() == 6.0  # one sample: a number
+    assert module(torch.ones(4, dtype=torch.float64))[0].shape == (4,)
+    with pytest.raises(nirbridge.InputError) as info:
+        module(torch.ones(4, 2, dtype=torch.float64))
+    assert "takes a batch [B] or one sample []" in str(info.value)
 
 
 def test_inputs_that_mix_samples_and_batches_are_refused():

@@ -205,6 +205,44 @@ def test_flatten_keeps_nirs_dims_and_takes_a_sample_or_a_batch(rng):
     assert unknown(torch.from_numpy(x)).shape == (4, 200)
 
 
+def test_flatten_in_a_graph_takes_the_rank_that_flows_in_not_a_stale_input_type(rng):
+    """A Flatten whose declared input_type ([1, 2, 3]) disagrees with what flows in
+    ([2, 3]) flattens the samples that flow in: by batch and by one sample."""
+    w = rng.normal(size=(1, 6))
+    graph = nir.NIRGraph(
+        nodes={
+            "in": nir.Input(np.array([2, 3])),
+            "flat": nir.Flatten(input_type={"input": np.array([1, 2, 3])}, start_dim=0),
+            "fc": nir.Linear(w),
+            "out": nir.Output(np.array([1])),
+        },
+        edges=[("in", "flat"), ("flat", "fc"), ("fc", "out")],
+        type_check=False,
+    )
+    gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    x = rng.normal(size=(4, 2, 3))
+    out, _ = gm(torch.from_numpy(x))
+    np.testing.assert_allclose(out.detach().numpy(), x.reshape(4, 6) @ w.T, rtol=1e-12)
+    one, _ = gm(torch.from_numpy(x[0]))
+    assert one.shape == (1,)
+    np.testing.assert_allclose(one.detach().numpy(), x[0].reshape(6) @ w.T, rtol=1e-12)
+    with pytest.raises(nirbridge.ShapeMismatchError, match=r"samples of 2 axes.*got shape \[6\]"):
+        gm.flat(torch.zeros(6))
+
+
+def test_an_old_pickled_flatten_keeps_working():
+    """A layers.Flatten pickled before it kept NIR's dims held torch's (shifted past the
+    batch axis) and no rank; it loads as NIR's dims again."""
+    old = nirbridge.layers.Flatten(1, -1)
+    state = dict(old.__dict__)
+    del state["rank"]
+    state["start_dim"] = 2  # the old constructor stored start_dim + 1
+    loaded = nirbridge.layers.Flatten.__new__(nirbridge.layers.Flatten)
+    loaded.__setstate__(state)
+    assert (loaded.start_dim, loaded.end_dim, loaded.rank) == (1, -1, None)
+    assert loaded(torch.zeros(5, 2, 3, 4)).shape == (5, 2, 12)
+
+
 def recurrent_block(rng, n, with_bias=True):
     """Input -> Affine -> LIF <-> Linear -> Output, as a nested graph."""
     lif = neuron_params(rng, n, "LIF")
@@ -800,6 +838,20 @@ def test_names_python_cannot_write_become_safe_module_paths_and_arguments(rng):
     out, _ = gm(torch.ones(1, 2, dtype=torch.float64))
     assert torch.equal(out, torch.full((1, 2), 2.0 * 3 * 4 * 5 * 6, dtype=torch.float64))
     assert len(set(gm.meta["nirbridge"]["module_paths"].values())) == len(odd)
+
+
+def test_a_repaired_name_never_takes_another_nodes_name():
+    """Node 'if' is repaired to nirtorch's 'nir_node_if'; a node really named so keeps
+    its name (its state_dict keys), and the repaired one moves aside."""
+    nodes = {"x": nir.Input(np.array([2])), "if": nir.Scale(np.full(2, 2.0))}
+    nodes["nir_node_if"] = nir.Scale(np.full(2, 3.0))
+    nodes["out"] = nir.Output(np.array([2]))
+    graph = nir.NIRGraph(nodes=nodes, edges=[("x", "if"), ("if", "nir_node_if"), ("nir_node_if", "out")])
+    with pytest.warns(nirbridge.RepairWarning, match="'if' is a Python keyword"):
+        gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
+    assert gm.meta["nirbridge"]["module_paths"] == {"if": "nir_node_if_", "nir_node_if": "nir_node_if"}
+    assert set(gm.state_dict()) == {"nir_node_if_.scale", "nir_node_if.scale"}
+    assert torch.equal(gm.nir_node_if.scale, torch.full((2,), 3.0, dtype=torch.float64))
 
 
 def test_replaced_submodules_are_used(rng):

@@ -378,7 +378,7 @@ def test_input_shape_errors_name_the_input_and_the_expected_shape(gm):
     with pytest.raises(nirbridge.InputError, match="T = 0"):
         nirbridge.run(gm, torch.zeros(0, 2, 3))
     with pytest.raises(
-        nirbridge.InputError, match="float64, but the module computes in torch.float32.*would round"
+        nirbridge.InputError, match="float64, but node 'fc' computes in torch.float32.*would round"
     ):
         nirbridge.run(gm, torch.zeros(4, 2, 3, dtype=torch.float64))
     x = torch.from_numpy(np.random.default_rng(2).random((6, 2, 3)) < 0.5)
@@ -387,6 +387,29 @@ def test_input_shape_errors_name_the_input_and_the_expected_shape(gm):
         assert torch.equal(nirbridge.run(gm, x.to(dtype)).output, exact), dtype
     with pytest.raises(nirbridge.InputError, match="missing"):
         nirbridge.run(gm, {"other": torch.zeros(4, 2, 3)})
+
+
+def test_a_wider_float_reaching_only_the_users_modules_runs_as_given():
+    """run follows the call's dtype rule: float64 that only a user's map module takes
+    is passed on as it is (that module's own float64 outputs run again)."""
+
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return 2 * x
+
+    graph = nir.NIRGraph(
+        nodes={"in": nir.Input(np.array([2])), "s": nir.Scale(np.ones(2)), "out": nir.Output(np.array([2]))},
+        edges=[("in", "s"), ("s", "out")],
+        type_check=False,
+    )
+    module = nirbridge.nir_to_torch(graph, {nir.Scale: lambda node: Double()})
+    x = torch.from_numpy(np.random.default_rng(4).random((5, 3, 2)))
+    out = nirbridge.run(module, x).output
+    assert out.dtype == torch.float64 and torch.equal(out, 2 * x)
+    assert torch.equal(nirbridge.run(module, out).output, 4 * x)
+    own = nirbridge.nir_to_torch(graph)
+    with pytest.raises(nirbridge.InputError, match=r"node 's' computes in torch.float32"):
+        nirbridge.run(own, x)
 
 
 def test_state_from_another_graph_is_rejected(gm, rng):

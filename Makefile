@@ -68,7 +68,7 @@ $(TORCH_STAMP): Makefile
 	touch $(TORCH_STAMP)
 
 $(STAMP): $(TORCH_STAMP) pyproject.toml Makefile
-	$(PIP) install -q -e ".[dev,snntorch]" tomlkit pyserial loguru
+	$(PIP) install -q -e ".[dev,snntorch,spikingjelly]" tomlkit pyserial
 	$(PIP) install -q --no-deps norse==1.1.0
 	@if $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then \
 		set -ex; \

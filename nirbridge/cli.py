@@ -7,7 +7,7 @@
   rewritten (``--compression``).
 - ``nirbridge run FILE``: run a file on random or given spikes, record, write the
   recording as NIRGraphData and draw rasters.
-- ``nirbridge verify FILE``: run a file in nirbridge and in norse, snntorch or another
+- ``nirbridge verify FILE``: run a file in nirbridge and in norse, snntorch, spikingjelly or another
   file, and report where they differ (exit status 1 when they do).
 - ``nirbridge support``: the default conversion maps as a table.
 - ``nirbridge draw FILE -o graph.svg``: a picture of the graph.
@@ -836,7 +836,8 @@ def _run_table(result: Any) -> str:
     "--against",
     "candidates",
     multiple=True,
-    help="norse, snntorch, nirbridge or another .nir file; repeat it. Default: norse and snntorch.",
+    help="norse, snntorch, spikingjelly, nirbridge or another .nir file; repeat it. Default: norse and "
+    "snntorch.",
 )
 @click.option("--steps", type=int, default=100, show_default=True, help="Time steps.")
 @click.option("--batch", type=int, default=2, show_default=True, help="Samples.")
@@ -941,7 +942,7 @@ def support(as_json: bool) -> None:
     """Show what converts to what, as a table.
 
     For each NIR type: the module nirbridge builds for it, the torch modules exported
-    as it, and the norse and snntorch modules (⇄ both ways, → NIR export only, ← NIR
+    as it, and the norse, snntorch and spikingjelly modules (⇄ both ways, → NIR export only, ← NIR
     import only).
 
     \b

@@ -42,6 +42,7 @@ from .errors import (
     UnsupportedNodeError,
 )
 from .neurons.modules import DEFAULT_DT, check_dt
+from .neurons.simulator import SimulatorNeuron
 from .state import DELAYED, NODES
 
 __all__ = ["DEFAULT_MAP", "NodeMap", "nir_to_torch"]
@@ -849,14 +850,16 @@ def _own_takers(
     built: Mapping[str, torch.nn.Module],
     user_modules: Mapping[str, Any],
 ) -> tuple[str, ...]:
-    """The nodes built by nirbridge (not by a user's ``node_map``; a nested graph counts
-    as nirbridge's) that take node ``name``'s value directly: they compute in the
-    module's dtype, so a value of a wider dtype would be rounded for them (see
+    """The nodes built by nirbridge (not by a user's ``node_map``; a nested graph and an
+    adapter's simulator neuron count as nirbridge's) that take node ``name``'s value
+    directly: they compute in the module's dtype, so a value of a wider dtype would be rounded for them (see
     :func:`nirbridge.checks.check_step` and :func:`nirbridge.checks.check_output`)."""
     return tuple(
         node
         for node, edges in the_plan.incoming.items()
-        if node in built and node not in user_modules and any(source == name for source, _ in edges)
+        if node in built
+        and (node not in user_modules or isinstance(built[node], SimulatorNeuron))
+        and any(source == name for source, _ in edges)
     )
 
 

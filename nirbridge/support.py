@@ -1,5 +1,5 @@
 """What converts to what: the default maps of :func:`nirbridge.nir_to_torch`,
-:func:`nirbridge.torch_to_nir` and the norse and snntorch adapters, read from the maps
+:func:`nirbridge.torch_to_nir` and the norse, snntorch and spikingjelly adapters, read from the maps
 themselves, one row per NIR type (``nirbridge support`` prints it).
 
 A cell names the module and the direction: ``⇄`` both ways, ``→ NIR`` export only,
@@ -17,11 +17,12 @@ import nir
 from torch import fx
 
 from . import interpret, trace
+from .errors import NirBridgeError
 from .maps import _callable_name
 
 __all__ = ["COLUMNS", "support_table"]
 
-COLUMNS = ("NIR type", "nirbridge", "torch (export)", "norse", "snntorch")
+COLUMNS = ("NIR type", "nirbridge", "torch (export)", "norse", "snntorch", "spikingjelly")
 
 _NIR_NAME = re.compile(r"\bnir\.(\w+)")
 
@@ -48,6 +49,8 @@ def _display(module: str, name: str) -> str:
         return f"nn.{name}" if module.startswith("torch.nn") else f"torch.{name}"
     if module.startswith("nirbridge."):
         return f"{module.split('.')[1]}.{name}"
+    if module.startswith("spikingjelly.activation_based.layer"):
+        return f"layer.{name}"  # spikingjelly's wrappers of torch's layers
     return name
 
 
@@ -99,13 +102,22 @@ def _simulator(to_nir: Mapping[Any, Any], from_nir: Mapping[type, Any], imported
 
 def support_table() -> list[dict[str, str]]:
     """One row per NIR type, keyed by :data:`COLUMNS`: the module nirbridge imports it
-    as, the torch modules exported as it, and the norse and snntorch modules both ways."""
+    as, the torch modules exported as it, and the norse, snntorch and spikingjelly
+    modules both ways."""
     from .adapters import norse as norse_adapter
     from .adapters import snntorch as snntorch_adapter
 
     exports = _exports(trace.DEFAULT_MAP)
     norse = _simulator(norse_adapter.TO_NIR, norse_adapter.FROM_NIR, "NorseNeuron (norse cell)")
     snn = _simulator(snntorch_adapter.TO_NIR, snntorch_adapter.FROM_NIR, "SnntorchNeuron")
+    try:
+        from .adapters import spikingjelly as sj_adapter
+    except NirBridgeError:  # installed apart (--no-deps), so it may be missing
+        jelly: dict[str, str] = {}
+        missing = "(spikingjelly not installed)"
+    else:
+        jelly = _simulator(sj_adapter.TO_NIR, sj_adapter.FROM_NIR, "SpikingjellyNeuron")
+        missing = "-"
     for key, fn in trace.DEFAULT_MAP.items():
         if not isinstance(key, type) and fn is not trace.FAN_IN:
             for name in _nir_types(fn):
@@ -130,6 +142,7 @@ def support_table() -> list[dict[str, str]]:
                 "torch (export)": ", ".join(exports.get(name, [])) or "-",
                 "norse": norse.get(name, "-"),
                 "snntorch": snn.get(name, "-"),
+                "spikingjelly": jelly.get(name, missing),
             }
         )
     return rows

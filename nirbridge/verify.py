@@ -227,7 +227,7 @@ def verify(
             ``from_nir``, a ``nir.NIRGraph`` or a ``.nir`` path (built with
             ``nir_to_torch(dt=dt)``).
         candidate: the same kinds as ``reference``, or the name of a simulator,
-            ``"nirbridge"``, ``"norse"`` or ``"snntorch"``: the reference graph or file
+            ``"nirbridge"``, ``"norse"``, ``"snntorch"`` or ``"spikingjelly"``: the reference graph or file
             built with that simulator's neurons (``from_nir``); a file of that name
             is passed as a ``pathlib.Path``.
         inputs: time first, ``[T, B, ...]`` (a dict by Input name for several).
@@ -308,7 +308,7 @@ def verify(
     return report
 
 
-BACKENDS = ("nirbridge", "norse", "snntorch")
+BACKENDS = ("nirbridge", "norse", "snntorch", "spikingjelly")
 """Simulator names :func:`verify` accepts as its candidate."""
 
 

@@ -13,6 +13,9 @@ import pytest
 import snntorch as snn
 import snntorch.utils
 import torch
+from spikingjelly.activation_based import functional as sj_functional
+from spikingjelly.activation_based import layer as sj_layer
+from spikingjelly.activation_based import neuron as sj_neuron
 from torch import nn
 from torch.utils import _pytree as pytree
 
@@ -20,6 +23,7 @@ import nirbridge
 from nirbridge import neurons
 from nirbridge.adapters import norse as norse_adapter
 from nirbridge.adapters import snntorch as snntorch_adapter
+from nirbridge.adapters import spikingjelly as sj_adapter
 from nirbridge.testing import assert_equivalent
 from tests.conftest import EXAMPLES, input_names, t
 from tests.reference import Reference
@@ -108,6 +112,36 @@ def snntorch_conv_net(rng):
     )
 
 
+def spikingjelly_net(rng):
+    """layer.Linear → LIFNode → Linear → ParametricLIFNode → Linear → IFNode, in
+    spikingjelly's own settings (τ in steps, v_reset ≠ 0, decay_input both ways)."""
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    model = nn.Sequential(
+        sj_layer.Linear(5, 12),
+        sj_neuron.LIFNode(tau=3.0, v_threshold=0.6, v_reset=-0.1),
+        sj_layer.Linear(12, 10),
+        sj_neuron.ParametricLIFNode(init_tau=2.5, decay_input=False, v_threshold=0.8),
+        sj_layer.Linear(10, 6),
+        sj_neuron.IFNode(v_threshold=0.4, v_reset=-0.2),
+    )
+    with torch.no_grad():
+        model[3].w.fill_(0.3)  # a learned time constant other than the initial one
+    return model.double()
+
+
+def spikingjelly_recurrent_net(rng):
+    """Linear → LinearRecurrentContainer(LIFNode) → Linear → LIFNode, multi-step."""
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    model = nn.Sequential(
+        sj_layer.Linear(5, 8),
+        sj_layer.LinearRecurrentContainer(sj_neuron.LIFNode(tau=2.0, v_threshold=0.2), 8, 8),
+        sj_layer.Linear(8, 6),
+        sj_neuron.LIFNode(tau=4.0, v_threshold=0.05, v_reset=0.01),
+    ).double()
+    sj_functional.set_step_mode(model, "m")
+    return model
+
+
 def norse_net(rng, dt=1e-3):
     return nt.SequentialState(
         nn.Linear(5, 12),
@@ -163,6 +197,16 @@ def export(source: str, rng):
         model = model.float()  # snntorch's spikes are float32 whatever the input; it runs at float32
         snntorch.utils.reset(model)
         return (lambda x, _state: (model(x.float()), None)), graph
+    if source.startswith("spikingjelly"):
+        model = {"spikingjelly": spikingjelly_net, "spikingjelly_recurrent": spikingjelly_recurrent_net}[
+            source
+        ](rng)
+        multi = source == "spikingjelly_recurrent"
+        graph = sj_adapter.to_nir(model, torch.zeros(3, 1, 5) if multi else torch.zeros(1, 5))
+        sj_functional.reset_net(model)
+        if multi:  # its own multi-step run over a one-step sequence
+            return (lambda x, _state: (model(x.unsqueeze(0))[0], None)), graph
+        return (lambda x, _state: (model(x), None)), graph
     model = norse_net(rng)
     return _stateful(model), norse_adapter.to_nir(model)
 
@@ -175,11 +219,13 @@ IMPORTERS = {
     "nirbridge": lambda g: nirbridge.nir_to_torch(g, dtype=torch.float64),
     "snntorch": lambda g: snntorch_adapter.from_nir(g, dtype=torch.float64),
     "norse": lambda g: norse_adapter.from_nir(g, dtype=torch.float64),
+    "spikingjelly": lambda g: sj_adapter.from_nir(g, dtype=torch.float64),
 }
 SIMULATOR_MODULES = {
     "nirbridge": (neurons.LIF, neurons.CubaLIF, neurons.LI, neurons.CubaLI, neurons.IF),
     "snntorch": (snntorch_adapter.SnntorchNeuron,),
     "norse": (norse_adapter.NorseNeuron,),
+    "spikingjelly": (sj_adapter.SpikingjellyNeuron,),
 }
 
 
@@ -208,7 +254,18 @@ SHAPES = {"snntorch_conv": (2, 8, 8)}
 
 
 @pytest.mark.parametrize("target", sorted(IMPORTERS))
-@pytest.mark.parametrize("source", ["nirbridge", "snntorch", "snntorch_recurrent", "snntorch_conv", "norse"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "nirbridge",
+        "snntorch",
+        "snntorch_recurrent",
+        "snntorch_conv",
+        "norse",
+        "spikingjelly",
+        "spikingjelly_recurrent",
+    ],
+)
 def test_every_export_import_pair_reproduces_the_source_spike_for_spike(source, target):
     native, graph = export(source, np.random.default_rng(7))
     nir.NIRGraph(nodes=graph.nodes, edges=graph.edges, type_check=True)
@@ -247,12 +304,13 @@ def test_real_files_give_identical_spikes_in_all_three_backends(name):
 
 
 @pytest.mark.parametrize("name", sorted(REAL))
-@pytest.mark.parametrize("target", sorted(FROM_NIR))
+@pytest.mark.parametrize("target", sorted([*FROM_NIR, "spikingjelly"]))
 def test_one_sample_without_a_batch_axis_runs_as_the_batchs_row(name, target, rng):
     """Every import takes one sample [*shape] as torch layers do: the output has no batch
     axis and equals the batch's first row, spike for spike, the state a batch of 1."""
     shape, dt = REAL[name]
-    module = FROM_NIR[target](EXAMPLES / name, dt=dt, dtype=torch.float64)
+    make = {**FROM_NIR, "spikingjelly": sj_adapter.from_nir}[target]
+    module = make(EXAMPLES / name, dt=dt, dtype=torch.float64)
     spikes = torch.from_numpy(rng.random((12, 2, *shape)) < 0.3).double()
     state_one = state_batch = None
     for x in spikes:

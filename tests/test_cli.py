@@ -307,9 +307,21 @@ def test_support_prints_the_maps_as_a_table():
     result = nirbridge_cli("support")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["NIR", "type", "nirbridge", "torch", "(export)", "norse", "snntorch"]
+    assert lines[0].split() == [
+        "NIR",
+        "type",
+        "nirbridge",
+        "torch",
+        "(export)",
+        "norse",
+        "snntorch",
+        "spikingjelly",
+    ]
     lif = next(line for line in lines if line.startswith("LIF "))
-    assert lif.split() == ["LIF", "neurons.LIF", "⇄", "neurons.LIF", "LIFBoxCell", "⇄", "Leaky", "⇄"]
+    assert lif.split() == [
+        *("LIF", "neurons.LIF", "⇄", "neurons.LIF", "LIFBoxCell", "⇄", "Leaky", "⇄"),
+        *("LIFNode,", "ParametricLIFNode", "⇄"),
+    ]
     as_json = json.loads(nirbridge_cli("support", "--json").stdout)
     assert {row["NIR type"] for row in as_json} >= {t.__name__ for t in nirbridge.DEFAULT_MAP}
 

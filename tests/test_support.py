@@ -28,7 +28,11 @@ def test_cells_follow_the_maps():
         "torch (export)": "neurons.LIF",
         "norse": "LIFBoxCell ⇄",
         "snntorch": "Leaky ⇄",
+        "spikingjelly": "LIFNode, ParametricLIFNode ⇄",
     }
+    assert rows["IF"]["spikingjelly"] == "IFNode ⇄" and rows["CubaLIF"]["spikingjelly"] == "-"
+    assert rows["Conv2d"]["spikingjelly"] == "layer.Conv2d → NIR"
+    assert rows["NIRGraph"]["spikingjelly"] == "layer.LinearRecurrentContainer → NIR"
     assert rows["Affine"]["nirbridge"] == "nn.Linear ⇄" and rows["Affine"]["torch (export)"] == "nn.Linear"
     assert rows["Conv2d"]["torch (export)"] == "nn.Conv2d"
     assert (

@@ -11,6 +11,8 @@ from ..errors import NirBridgeError
 _INSTALL = {
     "norse": "pip install norse --no-deps (norse declares torchvision, which would pull a CUDA torch)",
     "snntorch": "pip install snntorch",
+    "spikingjelly": "pip install spikingjelly==2.0.0 loguru --no-deps (spikingjelly declares torchvision "
+    "and torchaudio, which would pull a second torch)",
 }
 
 

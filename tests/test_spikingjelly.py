@@ -13,7 +13,7 @@ import nir
 import numpy as np
 import pytest
 import torch
-from spikingjelly.activation_based import functional, layer, neuron
+from spikingjelly.activation_based import functional, layer, neuron, surrogate
 from torch import nn
 
 import nirbridge
@@ -28,8 +28,9 @@ def own_run(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """spikingjelly's own run of ``x`` [T, B, ...]: one call in multi-step mode, a loop
     of calls otherwise, from a reset state."""
     functional.reset_net(model)
+    containers = (layer.SeqToANNContainer, layer.MultiStepContainer)
     with torch.no_grad():
-        if any(getattr(m, "step_mode", "s") == "m" for m in model.modules()):
+        if any(getattr(m, "step_mode", "s") == "m" or isinstance(m, containers) for m in model.modules()):
             out = model(x)
         else:
             out = torch.stack([model(x_t) for x_t in x])
@@ -115,6 +116,43 @@ def test_a_membrane_exactly_at_the_threshold_fires_as_in_spikingjelly():
     assert expected[3, 0, 0] == 1 and expected.sum() == 3  # fires at the 4th, 8th and 12th steps
     for name, out in imported_runs(sj_adapter.to_nir(model), x).items():
         assert torch.equal(out, expected), name
+
+
+def test_where_spikingjelly_starts_the_membrane_is_where_the_export_starts(rng):
+    """spikingjelly starts v where the neuron was made (get_reset_value), which v_reset
+    set later (the way to give per-neuron values) does not move: IF shifts by the start
+    and stays exact; a LIF started elsewhere than it leaks to warns."""
+    torch.manual_seed(3)
+    model = nn.Sequential(layer.Linear(4, 6), neuron.IFNode(v_threshold=0.6, v_reset=0.0)).double()
+    model[1].v_reset = torch.linspace(-0.4, 0.1, 6, dtype=torch.float64)  # per neuron, after making it
+    x = spikes(rng, (60, 3, 4))
+    expected = own_run(model, x)
+    assert expected.sum() > 20
+    for name, out in imported_runs(sj_adapter.to_nir(model), x).items():
+        assert torch.equal(out, expected), name
+    lif = nn.Sequential(layer.Linear(4, 6), neuron.LIFNode(v_reset=0.0))
+    lif[1].v_reset = 0.2
+    with pytest.warns(
+        nirbridge.LossyConversionWarning, match=r"'1' \(LIFNode\): v starts at 0.0, not at v_reset"
+    ):
+        sj_adapter.to_nir(lif)
+
+
+def test_graded_outputs_are_refused_and_a_trained_model_exports(rng):
+    graded = nn.Sequential(
+        layer.Linear(2, 2), neuron.LIFNode(surrogate_function=surrogate.Sigmoid(spiking=False))
+    )
+    with pytest.raises(nirbridge.NodeConversionError, match=r"spiking=False"):
+        sj_adapter.to_nir(graded)
+    for mode in "sm":  # export right after a training step: the neurons hold non-leaf states
+        model = nn.Sequential(layer.Linear(3, 4), neuron.LIFNode(tau=2.0, v_threshold=0.2)).double()
+        functional.set_step_mode(model, mode)
+        x = spikes(rng, (5, 2, 3))
+        out = model(x) if mode == "m" else model(x[0])
+        out.sum().backward()
+        graph = sj_adapter.to_nir(model, [x] if mode == "m" else x[0])  # a list is several inputs
+        assert graph.nodes["input"].input_type["input"].tolist() == [3]
+        assert model[1].step_mode == mode and model[1].v.grad_fn is not None  # left as it was
 
 
 def test_recurrent_containers_and_multi_step_convolutions(rng):
@@ -241,6 +279,11 @@ def test_state_dicts_dtypes_and_verify(tmp_path):
     module = sj_adapter.from_nir(path, dt=1.0)
     reference = nirbridge.nir_to_torch(path, dt=1.0)
     assert set(module.state_dict()) == set(reference.state_dict())
+    changed = {k: v + 0.25 if "v_threshold" in k else v for k, v in reference.state_dict().items()}
+    module.load_state_dict(changed)
+    first = next(m for m in module.modules() if isinstance(m, sj_adapter.SpikingjellyNeuron))
+    assert torch.equal(first.neuron.v_threshold, torch.nextafter(first.v_threshold, torch.tensor(np.inf)))
+    assert torch.equal(first.v_threshold, changed[next(k for k in changed if "v_threshold" in k)])
     module.load_state_dict(reference.state_dict())
     double = module.double()
     neuron_module = next(m for m in double.modules() if isinstance(m, sj_adapter.SpikingjellyNeuron))

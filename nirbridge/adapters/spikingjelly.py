@@ -13,9 +13,9 @@ spikingjelly                                                NIR
 ``ParametricLIFNode``                                       LIF with k = 1/sigmoid(w), its
                                                             learned time constant
 ``IFNode(v_reset=c)``                                       IF(r=1/dt, v_threshold=(θ−c)⁻,
-                                                            v_reset=0): the membrane minus c
-                                                            (spikingjelly starts at c, NIR's
-                                                            IF at 0)
+                                                            v_reset=0): the membrane minus
+                                                            where it starts (c when made;
+                                                            NIR's IF starts at 0)
 ``layer.LinearRecurrentContainer(neuron, I, O)``            a subgraph: input → Affine(W[:, :I],
                                                             b) → neuron ⇄ Linear(W[:, I:]), the
                                                             recurrent edge carrying the
@@ -32,7 +32,9 @@ exactly at θ fires in spikingjelly only). ``layer.Linear``, ``Conv1d``, ``Conv2
 
 What NIR cannot express exports with a :class:`nirbridge.LossyConversionWarning`
 naming the module: the soft reset (``v_reset=None``: ``v ← v − θ``, exported as a
-reset to 0). spikingjelly's other neurons (CUBALIF, adaptive, PSN and more) and
+reset to 0), and a LIF whose ``v_reset`` was changed after it was made (spikingjelly
+still starts it at the first value). A surrogate with ``spiking=False`` (graded
+outputs) is refused. spikingjelly's other neurons (CUBALIF, adaptive, PSN and more) and
 ``ElementWiseRecurrentContainer`` (an opaque function) have no converter.
 
 :func:`from_nir` builds modules whose LIF and IF nodes run as spikingjelly's
@@ -102,18 +104,38 @@ def _reset(module: nn.Module) -> np.ndarray:
 
 
 def _exactly(module: nn.Module, kind: type) -> None:
-    """spikingjelly's variants subclass its neurons without overriding ``forward``
-    (LIAFNode, ILIFNode, the online-learning LIFs), so the map would take them for
-    their base: only the class itself has the NIR form here."""
+    """spikingjelly's variants subclass its neurons and change their steps without a
+    ``forward`` of their own (LIAFNode, ILIFNode, the online-learning LIFs), so the map
+    would take them for their base: only the class itself has the NIR form here. A
+    surrogate with ``spiking=False`` makes the neuron emit graded values, not spikes."""
     if type(module) is not kind:
         raise NirBridgeError(
             f"{type(module).__name__} is a {kind.__name__} that computes otherwise; NIR has no form "
             f"for it here (map it with module_map={{{type(module).__name__}: fn}} if it has one)"
         )
+    if not getattr(module.surrogate_function, "spiking", True):
+        raise NirBridgeError(
+            "surrogate_function(spiking=False) makes it emit the surrogate's graded values instead "
+            "of spikes, which NIR cannot express; export it with spiking=True"
+        )
+
+
+def _start(module: nn.Module) -> np.ndarray:
+    """Where the membrane starts: the value spikingjelly registered when the neuron was
+    made (``get_reset_value("v")``), which ``v_reset`` set later does not change."""
+    return _float64(module.get_reset_value("v"))
 
 
 def _lif(module: nn.Module, k: np.ndarray, dt: float) -> nir.LIF:
     reset = _reset(module)
+    start = _start(module)
+    if np.any(start != reset):
+        _lossy(
+            "v",
+            f"starts at {start.tolist()}, not at v_reset (it was set after the neuron was made); NIR's "
+            "LIF starts where it leaks to (v_leak = v_reset), so the first steps differ (make the "
+            "neuron with its v_reset, or call set_reset_value('v', v_reset))",
+        )
     return nir.LIF(
         **broadcast(
             tau=k * dt,
@@ -138,12 +160,13 @@ def plif_to_nir(module: Any, dt: float = DEFAULT_DT) -> nir.LIF:
 
 
 def if_to_nir(module: Any, dt: float = DEFAULT_DT) -> nir.IF:
-    """``neuron.IFNode`` as IF(r = 1/dt), its membrane shifted by ``v_reset`` (NIR's IF
-    starts at 0, spikingjelly's at ``v_reset``)."""
+    """``neuron.IFNode`` as IF(r = 1/dt), its membrane shifted by where spikingjelly
+    starts it (``v_reset`` when made; NIR's IF starts at 0): threshold θ − start, reset
+    ``v_reset`` − start."""
     _exactly(module, sjn.IFNode)
-    reset = _reset(module)
-    threshold = _below(_float64(module.v_threshold) - reset)
-    return nir.IF(**broadcast(r=1.0 / dt, v_threshold=threshold, v_reset=np.zeros(())))
+    reset, start = _reset(module), _start(module)
+    threshold = _below(_float64(module.v_threshold) - start)
+    return nir.IF(**broadcast(r=1.0 / dt, v_threshold=threshold, v_reset=reset - start))
 
 
 def linear_recurrent_to_nir(module: Any, dt: float = DEFAULT_DT) -> nir.NIRGraph:
@@ -157,16 +180,15 @@ def linear_recurrent_to_nir(module: Any, dt: float = DEFAULT_DT) -> nir.NIRGraph
             f"LinearRecurrentContainer around a {type(inner).__name__}: only an IFNode, LIFNode or "
             "ParametricLIFNode inside it has a NIR form; put the other layers outside the container"
         )
-    weight = _float64(module.rc.weight)
+    weight = _float64(module.rc.weight)  # (I, I + O): the input x, then the previous output y
     features = weight.shape[0]
-    inputs = weight.shape[1] - features
     bias = _float64(module.rc.bias) if module.rc.bias is not None else np.zeros(features)
     nodes = {
-        "input": nir.Input(np.array([inputs])),
-        "rc_in": nir.Affine(weight=weight[:, :inputs].copy(), bias=bias),
+        "input": nir.Input(np.array([features])),
+        "rc_in": nir.Affine(weight=weight[:, :features].copy(), bias=bias),
         "neuron": convert(inner, dt),
-        "rc_rec": nir.Linear(weight=weight[:, inputs:].copy()),
-        "output": nir.Output(np.array([features])),
+        "rc_rec": nir.Linear(weight=weight[:, features:].copy()),
+        "output": nir.Output(np.array([weight.shape[1] - features])),
     }
     edges = [("input", "rc_in"), ("rc_in", "neuron"), ("neuron", "rc_rec"), ("rc_rec", "neuron")]
     edges.append(("neuron", "output"))
@@ -192,12 +214,22 @@ _CONTAINERS = (sjl.SeqToANNContainer, sjl.MultiStepContainer)
 
 
 def _single_step(module: nn.Module) -> tuple[nn.Module, bool]:
-    """A copy of ``module`` in single-step mode with the multi-step containers replaced
-    by ``nn.Sequential``; whether anything in it was in multi-step mode."""
+    """``module`` as one step, and whether anything in it was in multi-step mode: a
+    single-step model as it is, else a copy in single-step mode with the multi-step
+    containers replaced by ``nn.Sequential`` (the model itself is left alone)."""
     multi = isinstance(module, _CONTAINERS) or any(
         getattr(m, "step_mode", "s") == "m" or isinstance(m, _CONTAINERS) for m in module.modules()
     )
-    single = copy.deepcopy(module)
+    if not multi:
+        return module, False  # nothing to change: trace it as it is
+    # a neuron's state after a training step is a non-leaf tensor, which deepcopy
+    # refuses: the copy gets it detached (tracing never reads it)
+    memo: dict[int, Any] = {}
+    for m in module.modules():
+        for value in (*vars(m).values(), *getattr(m, "_memories", {}).values()):
+            if isinstance(value, torch.Tensor) and not value.is_leaf:
+                memo[id(value)] = value.detach()
+    single = copy.deepcopy(module, memo)
     if isinstance(single, _CONTAINERS):
         single = nn.Sequential(*single)
 
@@ -249,7 +281,9 @@ def to_nir(
     single, multi = _single_step(module)
     if multi and example_input is not None:
         example_input = (
-            tuple(x[0] for x in example_input) if isinstance(example_input, tuple) else example_input[0]
+            tuple(x[0] for x in example_input)
+            if isinstance(example_input, (tuple, list))
+            else example_input[0]
         )
     return export(single, TO_NIR, module_map, example_input, dt, is_stateful, skip)
 

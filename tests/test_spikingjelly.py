@@ -190,6 +190,20 @@ def test_recurrent_containers_and_multi_step_convolutions(rng):
     assert conv[1].step_mode == "m"  # the model itself is left as it was
 
 
+def test_one_value_per_layer_runs_spikingjellys_fused_float32_step_as_its_own_neurons_do(rng):
+    torch.manual_seed(5)
+    model = nn.Sequential(
+        layer.Linear(6, 16), neuron.LIFNode(tau=2.0, v_threshold=0.3), layer.Linear(16, 4), neuron.IFNode(v_threshold=0.2)
+    )
+    x = torch.from_numpy(rng.normal(0.4, 0.8, (100, 3, 6)).astype(np.float32))  # no membrane lands on θ
+    expected = own_run(model, x)
+    imported = sj_adapter.from_nir(sj_adapter.to_nir(model))
+    lif = next(m for m in imported.modules() if isinstance(m, sj_adapter.SpikingjellyNeuron))
+    assert isinstance(lif.neuron.tau, float) and type(lif.neuron.surrogate_function) is surrogate.Sigmoid
+    out = nirbridge.run(imported, x).output
+    assert expected.sum() > 20 and torch.equal(out, expected)
+
+
 def test_what_nir_cannot_express_warns_or_is_refused():
     with pytest.warns(
         nirbridge.LossyConversionWarning, match=r"'1' \(LIFNode\): v_reset=None \(a soft reset"
@@ -282,12 +296,18 @@ def test_state_dicts_dtypes_and_verify(tmp_path):
     changed = {k: v + 0.25 if "v_threshold" in k else v for k, v in reference.state_dict().items()}
     module.load_state_dict(changed)
     first = next(m for m in module.modules() if isinstance(m, sj_adapter.SpikingjellyNeuron))
-    assert torch.equal(first.neuron.v_threshold, torch.nextafter(first.v_threshold, torch.tensor(np.inf)))
+
+    def above(module):  # the threshold spikingjelly tests h >= against, in the module's dtype
+        return torch.nextafter(module.v_threshold, torch.tensor(np.inf, dtype=module.v_threshold.dtype))
+
+    # the file's thresholds are one value per layer: spikingjelly's own float and fused step
+    assert isinstance(first.neuron.v_threshold, float)
+    assert first.neuron.v_threshold == float(above(first).reshape(-1)[0])
     assert torch.equal(first.v_threshold, changed[next(k for k in changed if "v_threshold" in k)])
     module.load_state_dict(reference.state_dict())
     double = module.double()
     neuron_module = next(m for m in double.modules() if isinstance(m, sj_adapter.SpikingjellyNeuron))
-    assert neuron_module.neuron.v_threshold.dtype == torch.float64  # re-derived after .double()
+    assert neuron_module.neuron.v_threshold == float(above(neuron_module).reshape(-1)[0])  # re-derived
     x = torch.from_numpy(np.random.default_rng(2).random((12, 2, 2, 34, 34)) < 0.3)
     report = nirbridge.verify(path, "spikingjelly", x, dt=1.0)
     assert report.ok, report

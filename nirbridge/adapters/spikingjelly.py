@@ -306,7 +306,10 @@ class SpikingjellyNeuron(SimulatorNeuron):
     module's dtype, that is NIR's LIF; ``v`` starts at ``v_leak``. IF is spikingjelly's
     ``h = v + x'`` with ``x' = dt·r·x``, starting at 0. Each step is spikingjelly's own
     (``single_step_functional_forward``: the state is explicit, the module untouched),
-    with its sigmoid surrogate gradient. The state is ``v``, as in NIR.
+    with its sigmoid surrogate gradient. Where a node's ``tau``, threshold and reset are
+    one value for all its neurons, they are the floats spikingjelly's fused step takes;
+    otherwise per-neuron tensors, on spikingjelly's plain torch step. The state is ``v``,
+    as in NIR.
     """
 
     def __init__(self, node: nir.NIRNode, dt: float) -> None:
@@ -323,9 +326,19 @@ class SpikingjellyNeuron(SimulatorNeuron):
         if neuron is None:
             return
         above = torch.nextafter(self.v_threshold, torch.full_like(self.v_threshold, float("inf")))
-        neuron.v_threshold, neuron.v_reset = above, self.v_reset
+        settings = {"v_threshold": above, "v_reset": self.v_reset}
         if self.nir_type is nir.LIF:
-            neuron.tau = self.tau / self.dt
+            settings["tau"] = self.tau / self.dt
+        if all(_uniform(value) for value in settings.values()):
+            # one value per setting: spikingjelly's own floats and surrogate, so that it runs
+            # its fused step, as a neuron made with these arguments does
+            settings = {key: float(value.reshape(-1)[0]) for key, value in settings.items()}
+            neuron.surrogate_function = sj_surrogate.Sigmoid()
+        else:
+            neuron.surrogate_function = _Sigmoid()
+        for key, value in settings.items():
+            setattr(neuron, key, value)
+        if self.nir_type is nir.LIF:
             gain, offset, start = self.r, self.v_leak - self.v_reset, self.v_leak
         else:
             gain, offset, start = self.dt * self.r, torch.zeros_like(self.r), torch.zeros_like(self.r)
@@ -346,6 +359,10 @@ class SpikingjellyNeuron(SimulatorNeuron):
     def nir_state(self, state: Any) -> dict[str, torch.Tensor]:
         """The state in NIR's variables: ``v`` itself."""
         return {} if state is None else {"v": state}
+
+
+def _uniform(value: torch.Tensor) -> bool:
+    return value.numel() > 0 and bool((value == value.reshape(-1)[0]).all())
 
 
 FROM_NIR: dict[type, Callable[..., nn.Module]] = {

@@ -193,7 +193,10 @@ def test_recurrent_containers_and_multi_step_convolutions(rng):
 def test_one_value_per_layer_runs_spikingjellys_fused_float32_step_as_its_own_neurons_do(rng):
     torch.manual_seed(5)
     model = nn.Sequential(
-        layer.Linear(6, 16), neuron.LIFNode(tau=2.0, v_threshold=0.3), layer.Linear(16, 4), neuron.IFNode(v_threshold=0.2)
+        layer.Linear(6, 16),
+        neuron.LIFNode(tau=2.0, v_threshold=0.3),
+        layer.Linear(16, 4),
+        neuron.IFNode(v_threshold=0.2),
     )
     x = torch.from_numpy(rng.normal(0.4, 0.8, (100, 3, 6)).astype(np.float32))  # no membrane lands on θ
     expected = own_run(model, x)

@@ -38,6 +38,8 @@ __all__ = [
     "check_state_tensors",
     "check_step",
     "check_types",
+    "holds",
+    "rounding_problem",
     "state_type_name",
     "unbatch",
 ]
@@ -241,7 +243,7 @@ def check_output(
             "node's output shape (batch first)"
         )
     if reference is not None and out.dtype != reference.dtype:
-        if out.is_floating_point() and torch.promote_types(out.dtype, reference.dtype) != reference.dtype:
+        if out.is_floating_point() and not holds(reference.dtype, out.dtype):
             raise ShapeMismatchError(
                 f"node {node!r}: its module (from node_map) returned {out.dtype}, but {_nodes(takers)} in "
                 f"{reference.dtype}, which cannot hold every {out.dtype} value: casting would round it "
@@ -308,15 +310,10 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
                 raise InputError(f"input {name!r} is complex ({x.dtype}); pass real values")
             x = x.to(dtype)
         elif x.dtype != dtype:
-            if torch.promote_types(x.dtype, dtype) == dtype:
+            if holds(dtype, x.dtype):
                 x = x.to(dtype)  # a narrower float: every value is kept exactly
             elif own:
-                raise InputError(
-                    f"input {name!r} is {x.dtype}, but {_nodes(own)} in {dtype}, which "
-                    f"cannot hold every {x.dtype} value: casting would round the input and change "
-                    f"the results. Pass x.to({dtype}) to accept the rounding, or build the module "
-                    f"with nir_to_torch(..., dtype={x.dtype})"
-                )
+                raise InputError(rounding_problem(name, x.dtype, dtype, own))
         if batch is None:
             batch = x.shape[0]
         elif x.shape[0] != batch:
@@ -366,6 +363,23 @@ def unbatch(out: Any, single: bool) -> Any:
     if isinstance(out, dict):
         return {key: value.squeeze(0) for key, value in out.items()}
     return out.squeeze(0)
+
+
+def holds(dtype: torch.dtype, other: torch.dtype) -> bool:
+    """Whether ``dtype`` holds every value of ``other`` exactly (bool and integer spikes,
+    a narrower float), so that casting to it changes nothing."""
+    return torch.promote_types(other, dtype) == dtype
+
+
+def rounding_problem(name: str, got: torch.dtype, dtype: torch.dtype, takers: tuple[str, ...]) -> str:
+    """Why input ``name`` of dtype ``got`` is refused: ``takers`` (nodes of nirbridge's;
+    none: the whole module) compute in ``dtype``, which would round it."""
+    where = _nodes(takers) if takers else "the module computes"
+    return (
+        f"input {name!r} is {got}, but {where} in {dtype}, which cannot hold every {got} value: "
+        f"casting would round the input and change the results. Pass x.to({dtype}) to accept the "
+        f"rounding, or build the module with nir_to_torch(..., dtype={got})"
+    )
 
 
 def _nodes(names: tuple[str, ...]) -> str:

@@ -23,7 +23,15 @@ import nir
 import numpy as np
 import torch
 
-from .checks import check_delayed, check_keys, check_state_tensors, check_types, state_type_name
+from .checks import (
+    check_delayed,
+    check_keys,
+    check_state_tensors,
+    check_types,
+    holds,
+    rounding_problem,
+    state_type_name,
+)
 from .engine import Backend, backend_for
 from .engine import precision as _precision
 from .engine.eager import eager_stepper
@@ -542,22 +550,10 @@ def _check_inputs(
         shape = _declared_shape(io_nodes.get(name))
         if x.dim() < 2 or (shape is not None and tuple(x.shape[2:]) != shape):
             raise InputError(_sequence_problem(name, tuple(x.shape), shape))
-        if x.is_floating_point() and torch.promote_types(x.dtype, dtype) != dtype:
+        if x.is_floating_point() and not holds(dtype, x.dtype):
             takers = _own_takers(module, level, name)
             if takers is None or takers:
-                where = (
-                    "the module computes"
-                    if not takers
-                    else f"node {takers[0]!r} computes"
-                    if len(takers) == 1
-                    else f"nodes {', '.join(map(repr, takers))} compute"
-                )
-                raise InputError(
-                    f"input {name!r} is {x.dtype}, but {where} in {dtype}, which cannot hold every "
-                    f"{x.dtype} value: casting would round the input and change the results. Pass "
-                    f"x.to({dtype}) to accept the rounding, or build the module with "
-                    f"nir_to_torch(..., dtype={x.dtype})"
-                )
+                raise InputError(rounding_problem(name, x.dtype, dtype, takers or ()))
         if x.is_complex():
             raise InputError(f"input {name!r} is complex ({x.dtype}); pass real values")
         if x.layout != torch.strided or x.is_meta:
@@ -888,7 +884,7 @@ def _cast(x: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Te
     narrower floats are cast; a wider float reaches only the user's modules (``_check_inputs``)."""
     if x.device != device:
         x = x.to(device, non_blocking=True)
-    if x.dtype != dtype and torch.promote_types(x.dtype, dtype) == dtype:
+    if x.dtype != dtype and holds(dtype, x.dtype):
         x = x.to(dtype)
     return x
 

@@ -670,6 +670,7 @@ def _build(
         module_paths[name] = module_path
         stateful[name] = _is_stateful(module)
     checked_outputs = _user_outputs(nodes, built, node_map, shapes)
+    own_takers = _own_takers(the_plan, built, checked_outputs)
     for name in sorted(module_paths, key=lambda n: module_paths[n].count(".")):
         _install(root, module_paths[name], built[name])
 
@@ -693,7 +694,7 @@ def _build(
         tuple(the_plan.delayed_sources),
         tuple(_state_shape(built[n], shapes.outputs.get(n)) for n in stateful_names),
         tuple(_known(shapes.outputs.get(s)) for s in the_plan.delayed_sources),
-        tuple(_own_takers(name, the_plan, built, checked_outputs) for name in the_plan.inputs),
+        tuple(own_takers.get(name, ()) for name in the_plan.inputs),
     )
     checked = g.create_node(
         "call_function",
@@ -759,7 +760,7 @@ def _build(
             out = g.create_node("call_module", target, (x,), name=_safe(name))
         if name in checked_outputs:
             expected = checked_outputs[name]
-            takers = _own_takers(name, the_plan, built, checked_outputs)
+            takers = own_takers.get(name, ())
             out = g.create_node(
                 "call_function",
                 check_output,
@@ -845,22 +846,21 @@ def _user_outputs(
 
 
 def _own_takers(
-    name: str,
     the_plan: graph_utils.Plan,
     built: Mapping[str, torch.nn.Module],
     user_modules: Mapping[str, Any],
-) -> tuple[str, ...]:
-    """The nodes built by nirbridge (not by a user's ``node_map``; a nested graph and an
-    adapter's simulator neuron count as nirbridge's) that take node ``name``'s value
-    directly: they compute in the module's dtype, so a value of a wider dtype would be rounded for them (see
-    :func:`nirbridge.checks.check_step` and :func:`nirbridge.checks.check_output`)."""
-    return tuple(
-        node
-        for node, edges in the_plan.incoming.items()
-        if node in built
-        and (node not in user_modules or isinstance(built[node], SimulatorNeuron))
-        and any(source == name for source, _ in edges)
-    )
+) -> dict[str, tuple[str, ...]]:
+    """For each node, the nodes built by nirbridge (not by a user's ``node_map``; a
+    nested graph and an adapter's simulator neuron count as nirbridge's) that take its
+    value directly: they compute in the module's dtype, so a value of a wider dtype would
+    be rounded for them (see :func:`nirbridge.checks.check_step` and
+    :func:`nirbridge.checks.check_output`). One pass over the edges."""
+    takers: dict[str, list[str]] = {}
+    for node, edges in the_plan.incoming.items():
+        if node in built and (node not in user_modules or isinstance(built[node], SimulatorNeuron)):
+            for source in dict.fromkeys(source for source, _ in edges):
+                takers.setdefault(source, []).append(node)
+    return {source: tuple(nodes) for source, nodes in takers.items()}
 
 
 def _state_shape(module: torch.nn.Module, shape: Any) -> tuple[int, ...] | None:

@@ -13,9 +13,9 @@ from torch import nn
 from .. import trace
 from ..errors import ParameterError
 from ..interpret import nir_to_torch
-from ..neurons.simulator import SimulatorNeuron, broadcast
+from ..neurons.simulator import SimulatorNeuron, broadcast, uniform
 
-__all__ = ["SimulatorNeuron", "broadcast", "build", "export"]
+__all__ = ["SimulatorNeuron", "broadcast", "build", "export", "uniform"]
 
 
 def export(

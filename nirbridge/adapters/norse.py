@@ -52,7 +52,7 @@ from .. import trace
 from ..diagnose import _unsupported
 from ..errors import LossyConversionWarning, NirBridgeError, NodeConversionError, UnsupportedModuleError
 from ..maps import _key_name, _lookup_module
-from ._common import SimulatorNeuron, broadcast, build, export
+from ._common import SimulatorNeuron, broadcast, build, export, uniform
 from ._optional import require
 
 nt = require("norse.torch", "norse")
@@ -265,8 +265,7 @@ NO_NIR_FORM: dict[Any, str] = {
 def _uniform_as_scalar(value: torch.Tensor) -> torch.Tensor:
     """A parameter equal for every neuron as a 0-d tensor, as norse's own defaults are:
     the same broadcast result, with cheaper arithmetic."""
-    flat = value.reshape(-1)
-    return flat[0].clone() if flat.numel() > 1 and bool((flat == flat[0]).all()) else value
+    return value.reshape(-1)[0].clone() if value.numel() > 1 and uniform(value) else value
 
 
 class NorseNeuron(SimulatorNeuron):

@@ -59,7 +59,7 @@ from torch import nn
 
 from .. import layers, trace
 from ..errors import LossyConversionWarning, NirBridgeError
-from ._common import SimulatorNeuron, broadcast, build, export
+from ._common import SimulatorNeuron, broadcast, build, export, uniform
 from ._optional import require
 
 sjn = require("spikingjelly.activation_based.neuron", "spikingjelly")
@@ -329,7 +329,7 @@ class SpikingjellyNeuron(SimulatorNeuron):
         settings = {"v_threshold": above, "v_reset": self.v_reset}
         if self.nir_type is nir.LIF:
             settings["tau"] = self.tau / self.dt
-        if all(_uniform(value) for value in settings.values()):
+        if all(uniform(value) for value in settings.values()):
             # one value per setting: spikingjelly's own floats and surrogate, so that it runs
             # its fused step, as a neuron made with these arguments does
             settings = {key: float(value.reshape(-1)[0]) for key, value in settings.items()}
@@ -359,10 +359,6 @@ class SpikingjellyNeuron(SimulatorNeuron):
     def nir_state(self, state: Any) -> dict[str, torch.Tensor]:
         """The state in NIR's variables: ``v`` itself."""
         return {} if state is None else {"v": state}
-
-
-def _uniform(value: torch.Tensor) -> bool:
-    return value.numel() > 0 and bool((value == value.reshape(-1)[0]).all())
 
 
 FROM_NIR: dict[type, Callable[..., nn.Module]] = {

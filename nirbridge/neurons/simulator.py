@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["SimulatorNeuron", "broadcast"]
+__all__ = ["SimulatorNeuron", "broadcast", "uniform"]
 
 
 def broadcast(**values: Any) -> dict[str, np.ndarray]:
@@ -21,6 +21,12 @@ def broadcast(**values: Any) -> dict[str, np.ndarray]:
     arrays = {k: np.asarray(torch.as_tensor(v).detach().cpu(), dtype=np.float64) for k, v in values.items()}
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     return {k: np.broadcast_to(a, shape).copy() for k, a in arrays.items()}
+
+
+def uniform(value: torch.Tensor) -> bool:
+    """Whether a parameter holds one value for every neuron (and at least one neuron)."""
+    flat = value.reshape(-1)
+    return flat.numel() > 0 and bool((flat == flat[0]).all())
 
 
 class SimulatorNeuron(nn.Module):

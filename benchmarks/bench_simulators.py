@@ -65,6 +65,17 @@ def spikingjelly_model() -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def native_step(model: nn.Module, reset):
+    """One step of a model that keeps its state inside; ``reset(model)`` on a fresh state."""
+
+    def step(x, state):
+        if state is None:
+            reset(model)
+        return model(x)
+
+    return step
+
+
 def run_once(step, inputs: torch.Tensor) -> float:
     with torch.no_grad():
         step(inputs[0], None)  # warm-up, fresh state
@@ -100,11 +111,6 @@ def main() -> None:
     snn_imported = snntorch_adapter.from_nir(snn_graph)
     snn_nirbridge = nirbridge.nir_to_torch(snn_graph)
 
-    def snn_native_step(x, state):
-        if state is None:
-            snntorch.utils.reset(snn_native)
-        return snn_native(x)
-
     norse_native = norse_model()
     norse_graph = norse_adapter.to_nir(norse_native)
     norse_imported = norse_adapter.from_nir(norse_graph)
@@ -115,22 +121,17 @@ def main() -> None:
     sj_imported = sj_adapter.from_nir(sj_graph)
     sj_nirbridge = nirbridge.nir_to_torch(sj_graph)
 
-    def sj_native_step(x, state):
-        if state is None:
-            sj_functional.reset_net(sj_native)
-        return sj_native(x)
-
     def stateful(module):
         return lambda x, state: module(x, state)[1]
 
     steps = {
-        "snntorch native": snn_native_step,
+        "snntorch native": native_step(snn_native, snntorch.utils.reset),
         "snntorch imported (snntorch)": stateful(snn_imported),
         "snntorch imported (nirbridge)": stateful(snn_nirbridge),
         "norse native": stateful(norse_native),
         "norse imported (norse)": stateful(norse_imported),
         "norse imported (nirbridge)": stateful(norse_nirbridge),
-        "spikingjelly native": sj_native_step,
+        "spikingjelly native": native_step(sj_native, sj_functional.reset_net),
         "spikingjelly imported (spikingjelly)": stateful(sj_imported),
         "spikingjelly imported (nirbridge)": stateful(sj_nirbridge),
     }

@@ -264,10 +264,8 @@ def _pool_torch_args(node: Any, owner: str) -> tuple[Any, Any, Any]:
     pairs = pool_args(node, owner)
     stride = node.stride if given(node.stride) else node.kernel_size
     padding = node.padding if given(node.padding) else 0
-    return tuple(
-        pair[0] if np.ndim(given) == 0 else pair
-        for pair, given in zip(pairs, (node.kernel_size, stride, padding))
-    )
+    values = (node.kernel_size, stride, padding)
+    return tuple(pair[0] if np.ndim(value) == 0 else pair for pair, value in zip(pairs, values))
 
 
 def avgpool2d_to_torch(node: nir.AvgPool2d) -> torch.nn.AvgPool2d:

@@ -43,7 +43,7 @@ from .errors import (
 )
 from .neurons.modules import DEFAULT_DT, check_dt
 from .neurons.simulator import SimulatorNeuron
-from .state import DELAYED, NODES
+from .state import DELAYED, NODES, State
 
 __all__ = ["DEFAULT_MAP", "NodeMap", "nir_to_torch"]
 
@@ -780,10 +780,12 @@ def _build(
     out_value: Any = outputs[0] if len(outputs) == 1 else dict(zip(the_plan.outputs, outputs))
     if not path:  # single samples come back without the batch axis the call gave them
         out_value = g.create_node("call_function", unbatch, (out_value, single), name="outputs")
-    new_state = {
+    new_state: Any = {
         NODES: new_node_states,
         DELAYED: {source: values[source] for source in the_plan.delayed_sources},
     }
+    if not path:  # the state a user holds: a dict whose deep copy works while autograd records
+        new_state = g.create_node("call_function", State, (new_state,), name="state")
     g.output((out_value, new_state))
     g.lint()
     g._tracer_cls = _Retracer  # what pickle's reconstruction traces with

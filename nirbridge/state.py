@@ -10,18 +10,28 @@ anything else::
 ``gm(x)`` starts from the initial state; ``gm(x, state)`` returns a *new* dict and never
 modifies the one passed in. States work with ``torch.utils._pytree`` (``tree_map`` to
 detach or move them), ``copy.deepcopy`` and pickling.
+
+The outer dict a module or :func:`nirbridge.run` returns is a :class:`State`: a ``dict``
+in every respect (``isinstance(state, dict)``, pickling, ``tree_map``, which rebuilds a
+``State``), whose deep copy also works while autograd records: torch refuses to
+deep-copy a tensor computed from parameters that require gradients (a non-leaf), so the
+copy holds those values detached, as a snapshot must.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
 
 from .errors import NirBridgeError
 
 NODES = "nodes"
 DELAYED = "delayed"
 
-__all__ = ["DELAYED", "NODES", "StateError", "unpack_state"]
+__all__ = ["DELAYED", "NODES", "State", "StateError", "unpack_state"]
 
 
 class StateError(NirBridgeError):
@@ -39,3 +49,49 @@ def unpack_state(state: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             f"{NODES!r} and {DELAYED!r}; got {keys}. Pass state=None to start afresh."
         )
     return state.get(NODES) or {}, state.get(DELAYED) or {}
+
+
+class State(dict):
+    """The state a module or :func:`nirbridge.run` returns: a plain ``dict`` (keys
+    ``"nodes"`` and ``"delayed"`` for a graph), with a deep copy that works while
+    autograd records.
+
+    ``copy.deepcopy(state)`` copies every tensor; a tensor that autograd computed (not
+    a leaf, which torch itself refuses to deep-copy) is copied detached, with
+    ``requires_grad=False``: the copy is a snapshot of the values, cut from the graph of
+    the run that made them. Leaf tensors are deep-copied as torch does (keeping
+    ``requires_grad``). ``torch.utils._pytree`` sees it as a dict, so ``tree_map``
+    returns a ``State``.
+    """
+
+    __slots__ = ()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> State:
+        for leaf in pytree.tree_leaves(dict(self)):
+            if isinstance(leaf, torch.Tensor) and not leaf.is_leaf and id(leaf) not in memo:
+                memo[id(leaf)] = leaf.detach().clone()
+        return State({copy.deepcopy(key, memo): copy.deepcopy(value, memo) for key, value in self.items()})
+
+    def __reduce__(self) -> Any:
+        return (State, (dict(self),))
+
+
+def _flatten(state: State) -> tuple[list[Any], Any]:
+    return list(state.values()), list(state.keys())
+
+
+def _unflatten(values: Any, keys: Any) -> State:
+    return State(zip(keys, values))
+
+
+def _flatten_with_keys(state: State) -> tuple[list[tuple[Any, Any]], Any]:
+    return [(pytree.MappingKey(k), v) for k, v in state.items()], list(state.keys())
+
+
+pytree.register_pytree_node(
+    State,
+    _flatten,
+    _unflatten,
+    serialized_type_name="nirbridge.state.State",
+    flatten_with_keys_fn=_flatten_with_keys,
+)

@@ -18,6 +18,7 @@ from ..checks import check_output
 from ..errors import ShapeMismatchError
 from ..neurons.modules import Delay, Neuron
 from ..state import DELAYED, NODES, unpack_state
+from .rows import time_batched
 from .schedule import Level, Recorded, RecordError, Request, node_input, state_variables
 
 __all__ = ["LoopRunner", "NeuronScan", "eager_stepper", "record_traces", "run_chunk", "scan_neuron"]
@@ -60,17 +61,10 @@ def eager_stepper(
 
     from ..interpret import forward_takes_state
 
-    stateful = forward_takes_state(type(module))
-    hidden = hidden_state_modules(module) if not stateful else []
+    stateful = forward_takes_state(type(module))  # one of nirbridge's own modules, alone
 
     def step_module(xs: Mapping[str, torch.Tensor], state: Any) -> Any:
         x = xs["input"]
-        if hidden:  # state kept inside the modules (snntorch's init_hidden=True): stepped
-            if state is not HIDDEN:
-                for holder in hidden:
-                    holder.reset_mem()
-            out = torch.stack([_first(module(x[t])) for t in range(x.shape[0])])
-            return {"output": out}, HIDDEN, {}, largest_step_bytes((x, out))
         if not stateful:
             flat = module(x.reshape(-1, *x.shape[2:]))
             out = flat.reshape(x.shape[0], x.shape[1], *flat.shape[1:])
@@ -86,27 +80,6 @@ def eager_stepper(
         return {"output": out}, state, {}, largest_step_bytes((x, out))
 
     return step_module
-
-
-HIDDEN = "kept inside the module"
-"""The state :func:`nirbridge.run` returns for a module that keeps its state in its
-submodules (snntorch's ``init_hidden=True``): pass it back as ``state=`` to continue;
-any other state (``None``) resets them first."""
-
-
-def hidden_state_modules(module: torch.nn.Module) -> list[torch.nn.Module]:
-    """The submodules that keep their state between calls, snntorch's way: neurons built
-    with ``init_hidden=True``, which ``reset_mem()`` resets."""
-    return [
-        m
-        for m in module.modules()
-        if getattr(m, "init_hidden", False) is True and callable(getattr(m, "reset_mem", None))
-    ]
-
-
-def _first(out: Any) -> torch.Tensor:
-    """A step's output: snntorch's output layers return ``(spikes, membrane, ...)``."""
-    return out[0] if isinstance(out, (tuple, list)) else out
 
 
 def largest_step_bytes(values: Iterable[Any]) -> int:
@@ -171,10 +144,9 @@ def run_chunk(
                 level, name, module, x, node_states.get(name), request, recorded, scan
             )
         else:
-            flat = module(x.reshape(-1, *x.shape[2:]))
-            if name in level.checked:
-                check_output(flat, level.prefix + name, None)
-            out = flat.reshape(x.shape[0], x.shape[1], *flat.shape[1:])
+            path = level.prefix + name
+            check = (lambda o, path=path: check_output(o, path, None)) if name in level.checked else None
+            out = time_batched(module, x, check)
         if name in level.checked:
             check_output(out, level.prefix + name, level.checked[name], lead=2)
         values[name] = out

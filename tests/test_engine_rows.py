@@ -1,0 +1,82 @@
+"""nirbridge.engine.rows: a stateless layer runs over all T·B rows only where that equals stepping."""
+
+from __future__ import annotations
+
+import torch
+
+import nirbridge
+from nirbridge.engine import rows
+
+
+class Centred(torch.nn.Module):
+    """Not row by row: each row minus the mean of its batch, so T·B rows at once differ."""
+
+    def forward(self, x):
+        return x - x.mean(dim=0, keepdim=True)
+
+
+class Counted(torch.nn.Linear):
+    calls = 0
+
+    def forward(self, x):
+        Counted.calls += 1
+        return super().forward(x)
+
+
+def stepped(module, x):
+    with torch.no_grad():
+        return torch.stack([module(x_t) for x_t in x])
+
+
+def test_a_layer_runs_bit_for_bit_like_stepping_whatever_the_matrix_library_does():
+    torch.manual_seed(0)
+    for n_in, n_out in [(256, 128), (2048, 100), (12, 64)]:
+        layer = torch.nn.Linear(n_in, n_out)
+        x = (torch.rand(40, 8, n_in) < 0.3).float()
+        with torch.no_grad(), nirbridge.precision("exact"):
+            got = rows.time_batched(layer, x)
+        assert torch.equal(got, stepped(layer, x)), (n_in, n_out)
+
+
+def test_a_layer_that_mixes_rows_is_stepped():
+    x = torch.randn(6, 4, 3)
+    with nirbridge.precision("exact"):
+        assert not rows.rows_independent(Centred(), x)
+        assert torch.equal(rows.time_batched(Centred(), x), stepped(Centred(), x))
+    with nirbridge.precision("fast"):  # one call: the mean over all 24 rows
+        assert torch.allclose(rows.time_batched(Centred(), x), x - x.reshape(24, 3).mean(0))
+
+
+def test_the_verdict_is_probed_once_per_shape_and_fast_makes_one_call():
+    layer = Counted(5, 3)
+    x = torch.randn(10, 2, 5)
+    with torch.no_grad(), nirbridge.precision("exact"):
+        rows.time_batched(layer, x)
+        first = Counted.calls
+        rows.time_batched(layer, x)
+        again = Counted.calls - first
+    assert again in (1, 10)  # one call, or one per step: no second probe
+    Counted.calls = 0
+    with torch.no_grad(), nirbridge.precision("fast"):
+        rows.time_batched(layer, x)
+    assert Counted.calls == 1
+
+
+def test_a_run_equals_stepping_through_a_wide_layer():
+    graph = nirbridge.torch_to_nir(
+        torch.nn.Sequential(
+            torch.nn.Linear(256, 128), nirbridge.neurons.LIF(tau=1e-3, r=10.0, v_threshold=0.5)
+        ),
+        example_input=torch.zeros(1, 256),
+    )
+    gm = nirbridge.nir_to_torch(graph, dt=1e-4)
+    x = (torch.rand(30, 8, 256) < 0.3).float()
+    with torch.no_grad():
+        result = nirbridge.run(gm, x, record="all")
+        state, outs, layer = None, [], []
+        for x_t in x:
+            out, state = gm(x_t, state)
+            outs.append(out)
+        layer = stepped(gm.get_submodule("0"), x)
+    assert torch.equal(result.output, torch.stack(outs))
+    assert torch.equal(result.records["0"], layer)

@@ -28,6 +28,8 @@ are broadcast to their population's shape. The model itself is never run.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import contextvars
 import copy
 import dataclasses
 import dis
@@ -38,7 +40,7 @@ import operator
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import nir
@@ -336,6 +338,24 @@ def export(
     return exporter.export(module, example_input, dt)
 
 
+_SOURCES: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("sources", default=None)
+
+
+@contextlib.contextmanager
+def node_sources() -> Iterator[dict[str, str]]:
+    """Within the block, exports fill the dict yielded with NIR node name -> the
+    qualified name (``model.get_submodule`` path, ``""`` for the model itself) of the
+    module it was converted from; a module called twice gives two nodes (``"lif"``,
+    ``"lif_2"``), in call order. A module exported as a subgraph (snntorch's ``RLeaky``)
+    is one node. What :func:`nirbridge.verify` uses to find a native model's layers."""
+    found: dict[str, str] = {}
+    token = _SOURCES.set(found)
+    try:
+        yield found
+    finally:
+        _SOURCES.reset(token)
+
+
 # ----------------------------------------------------------------------------- lookups
 
 
@@ -367,6 +387,15 @@ def _call_handler(
     if isinstance(node, (nir.Input, nir.Output)):
         raise NodeConversionError(name, kind, TypeError("a converter may not return an Input or Output node"))
     return node
+
+
+def _zero(root: nn.Module, target: Any) -> bool:
+    """Whether the tensor a traced ``get_attr`` reads is all zeros (a fresh snntorch state)."""
+    try:
+        value = operator.attrgetter(str(target))(root)
+    except AttributeError:
+        return False
+    return isinstance(value, torch.Tensor) and not bool(value.detach().any())
 
 
 def _is_stateful(module: nn.Module) -> bool:
@@ -580,6 +609,8 @@ class _Exporter:
         self.is_stateful = stateful
         self.concrete = concrete
         self.untraceable: dict[str, str] = {}
+        self.lone: str | None = None  # the name a lone mapped module has in its wrapper
+        self.state_arguments: list[str] = []  # forward's arguments traced at a default of None
 
     # -- entry ---------------------------------------------------------------------
     def export(self, module: nn.Module, example_input: Any, dt: float | None) -> nir.NIRGraph:
@@ -601,6 +632,7 @@ class _Exporter:
         name = type(module).__name__.lower()
         root = nn.Module()
         root.add_module(name, module)
+        self.lone = name
         g = fx.Graph()
         x = g.placeholder("input")
         result = g.call_module(name, (x,))
@@ -639,6 +671,8 @@ class _Exporter:
                 input_names.append(param.name)
             else:
                 concrete[param.name] = param.default
+                if param.default is None:
+                    self.state_arguments.append(param.name)
         if not input_names:
             raise TraceError(f"{type(module).__name__}.forward takes no input argument")
         tracer = _Tracer(self.the_map, self.is_stateful)
@@ -731,6 +765,13 @@ class _Exporter:
             nodes[name] = nir.Output(None)
             edges.extend((source, name) for source in sources)
         nodes, edges = _prune(nodes, edges)
+        sources = _SOURCES.get()
+        if sources is not None:
+            paths = {id(m): path for path, m in root.named_modules()}
+            for p in pending:
+                path = paths.get(id(p.obj)) if isinstance(p.obj, nn.Module) else None
+                if path is not None and p.name in nodes:
+                    sources[p.name] = "" if path == self.lone else path
         graph = nir.NIRGraph(nodes=nodes, edges=edges, metadata={}, type_check=False)
         return self._finish(graph, example_input, dt)
 
@@ -812,7 +853,10 @@ class _Exporter:
                 for a in (*node.args[1:], *node.kwargs.values())
                 if isinstance(a, fx.Node) and a.op == "get_attr"
             ]
-            if fixed:
+            if fixed and not (self.state_arguments and all(_zero(root, a.target) for a in fixed)):
+                # with a state argument traced at None (`def forward(self, x, mem=None)`), zeros
+                # are the state the model starts from when none is passed (as `if mem is None:
+                # spk, mem = self.rlif.init_rleaky()` writes it): the graph's own start
                 warnings.warn(
                     f"module {where} is given a fixed state (a tensor made while tracing, as "
                     "`mem = self.lif.init_leaky()` inside forward makes), so the model restarts "

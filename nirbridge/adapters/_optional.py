@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import warnings
 from types import ModuleType
 
@@ -18,6 +19,8 @@ _INSTALL = {
 
 def require(module: str, package: str) -> ModuleType:
     """``importlib.import_module(module)``, or a :class:`NirBridgeError` with the install line."""
+    root = logging.getLogger()
+    handlers = list(root.handlers)
     try:
         with warnings.catch_warnings():
             # norse 1.1 uses torch.jit.script at import time, which torch 2.13 deprecates
@@ -28,3 +31,9 @@ def require(module: str, package: str) -> ModuleType:
             f"nirbridge.adapters.{package} needs the {package} package, which cannot be imported "
             f"({error}). Install it: {_INSTALL.get(package, f'pip install {package}')}"
         ) from error
+    finally:
+        # norse 1.1 calls logging.debug at import, which gives the root logger a stderr
+        # handler (logging.basicConfig) when it has none: every library's warnings would
+        # then print in the user's program. The handlers the import added go again.
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)

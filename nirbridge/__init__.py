@@ -8,6 +8,7 @@ semantics are documented in :mod:`nirbridge.neurons.functional` and
 :mod:`nirbridge.graph`; the state layout in :mod:`nirbridge.state`.
 """
 
+from . import native as native
 from . import neurons as neurons
 from . import testing as testing
 from .data import read_data as read_data
@@ -88,6 +89,7 @@ __all__ = [
     "UnsupportedNodeError",
     "VerifyError",
     "__version__",
+    "native",
     "neurons",
     "nir_to_torch",
     "precision",

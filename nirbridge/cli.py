@@ -836,8 +836,15 @@ def _run_table(result: Any) -> str:
     "--against",
     "candidates",
     multiple=True,
-    help="norse, snntorch, spikingjelly, nirbridge or another .nir file; repeat it. Default: norse and "
-    "snntorch.",
+    help="norse, snntorch, spikingjelly, nirbridge, another .nir file, or a native model as "
+    "FILE.py:NAME (a class built without arguments, a function returning a model, or a model); "
+    "repeat it. Default: norse and snntorch.",
+)
+@click.option(
+    "--weights",
+    type=click.Path(exists=True, dir_okay=False, path_type=str),
+    default=None,
+    help="A state dict (torch.save) to load into the FILE.py:NAME model before verifying.",
 )
 @click.option("--steps", type=int, default=100, show_default=True, help="Time steps.")
 @click.option("--batch", type=int, default=2, show_default=True, help="Samples.")
@@ -869,6 +876,7 @@ def verify_command(
     rtol: float,
     allow_negative_tau: bool,
     allow_silent: bool,
+    weights: str | None,
 ) -> None:
     """Check FILE runs the same in nirbridge and elsewhere.
 
@@ -881,6 +889,10 @@ def verify_command(
     Example:
       nirbridge verify braille.nir --against norse --against snntorch --steps 200
       nirbridge verify model.nir --against model_retrained.nir
+      nirbridge verify model.nir --against train.py:Net --weights net.pt
+
+    A native model (FILE.py:NAME) is run as its simulator runs it and compared layer
+    by layer, under the names of the NIR nodes its layers became.
     """
     from .verify import BACKENDS, verify
 
@@ -890,11 +902,14 @@ def verify_command(
     for candidate in candidates or ("norse", "snntorch"):
         if candidate in BACKENDS:
             other: Any = candidate
+        elif _native_spec(candidate):
+            other = _native_model(candidate, weights)
         elif candidate.endswith(".nir") or os.path.exists(candidate):
             other = _graph(candidate)
         else:
             raise ParameterError(
-                f"--against {candidate!r}: give {', '.join(BACKENDS)} or the path of a .nir file"
+                f"--against {candidate!r}: give {', '.join(BACKENDS)}, the path of a .nir file, or a native "
+                "model as FILE.py:NAME"
             )
         report = verify(
             graph,
@@ -929,8 +944,67 @@ def verify_command(
                 f"{file} vs {candidate}: agree on {compared} outputs and records over {report.steps} steps"
                 + (f" ({spiked} of them spiking)" if spiked else "")
             )
+    if weights is not None and not any(_native_spec(c) for c in candidates):
+        raise ParameterError("--weights loads into a native model: give one with --against FILE.py:NAME")
     if differ:
         sys.exit(1)
+
+
+def _native_spec(candidate: str) -> bool:
+    path, _, name = candidate.rpartition(":")
+    return path.endswith(".py") and name.isidentifier()
+
+
+def _native_model(spec: str, weights: str | None) -> Any:
+    """The model FILE.py:NAME names (a class built without arguments, a function that
+    returns a model, or a model), with ``weights`` (a state dict) loaded."""
+    import importlib.util
+
+    import torch
+
+    path, _, name = spec.rpartition(":")
+    if not os.path.isfile(path):
+        raise ParameterError(f"--against {spec}: {path} is not a file")
+    module_name = f"nirbridge_native_{abs(hash(os.path.abspath(path)))}"
+    loader = importlib.util.spec_from_file_location(module_name, path)
+    if loader is None or loader.loader is None:
+        raise ParameterError(f"--against {spec}: {path} cannot be imported as Python")
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[module_name] = module  # dataclasses and pickling look classes up here
+    try:
+        loader.loader.exec_module(module)
+    except Exception as error:
+        raise ParameterError(
+            f"--against {spec}: running {path} failed: {type(error).__name__}: {error}"
+        ) from error
+    if not hasattr(module, name):
+        found = sorted(
+            k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.nn.Module)
+        )
+        raise ParameterError(
+            f"--against {spec}: {path} has no {name!r}; its modules: {', '.join(found) or 'none'}"
+        )
+    value = getattr(module, name)
+    if not isinstance(value, torch.nn.Module):
+        try:
+            value = value()
+        except Exception as error:
+            raise ParameterError(
+                f"--against {spec}: {name}() failed ({type(error).__name__}: {error}); NAME must be a model, "
+                "a class built without arguments, or a function returning a model"
+            ) from error
+    if not isinstance(value, torch.nn.Module):
+        raise ParameterError(f"--against {spec}: {name} gave a {type(value).__name__}, not a torch.nn.Module")
+    if weights is not None:
+        try:
+            state = torch.load(weights, map_location="cpu", weights_only=True)
+            value.load_state_dict(state)
+        except Exception as error:
+            raise ParameterError(
+                f"--weights {weights}: cannot load it into {name} ({type(error).__name__}: {error}); "
+                "give the state dict torch.save(model.state_dict(), path) wrote"
+            ) from error
+    return value.eval()
 
 
 # ----------------------------------------------------------------------------- support

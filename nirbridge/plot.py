@@ -88,8 +88,8 @@ def _spiking_keys(result: Run) -> list[str]:
 def _draw_raster(result: Run, key: str, sample: int, ax: Any) -> None:
     data = _series(result, key, sample)
     steps, neurons = np.nonzero(data)
-    ax.scatter(steps * result.dt, neurons, s=4, marker="|", color="black", linewidths=1)
-    ax.set_xlim(0, data.shape[0] * result.dt)
+    ax.scatter(steps * _step(result), neurons, s=4, marker="|", color="black", linewidths=1)
+    ax.set_xlim(0, data.shape[0] * _step(result))
     ax.set_ylim(-0.5, data.shape[1] - 0.5)
     ax.set_ylabel("neuron")
     ax.set_title(f"{key}: {len(steps)} spikes, sample {sample}")
@@ -129,14 +129,14 @@ def raster(result: Run, *keys: str, sample: int = 0, ax: Any = None) -> Any:
         _series(result, key, sample)  # names a bad sample before a figure is made
     if ax is not None:
         _draw_raster(result, keys[0], sample, ax)
-        ax.set_xlabel("time (s)")
+        ax.set_xlabel(_time_label(result))
         return ax.figure
     figure, axes = plt.subplots(
         len(keys), 1, figsize=(7, 1.2 + 1.8 * len(keys)), sharex=True, squeeze=False, layout="constrained"
     )
     for panel, key in zip(axes[:, 0], keys):
         _draw_raster(result, key, sample, panel)
-    axes[-1, 0].set_xlabel("time (s)")
+    axes[-1, 0].set_xlabel(_time_label(result))
     return figure
 
 
@@ -171,7 +171,7 @@ def _draw_traces(result: Run, key: str, sample: int, neurons: Sequence[int] | in
     bad = [n for n in chosen if not 0 <= n < data.shape[1]]
     if bad:
         raise NirBridgeError(f"neurons {bad} are out of range for {key!r}, which has {data.shape[1]}")
-    time = np.arange(data.shape[0]) * result.dt
+    time = np.arange(data.shape[0]) * _step(result)
     lines = [ax.plot(time, data[:, n], linewidth=0.8, label=str(n))[0] for n in chosen]
     before = len(ax.get_lines())
     note = _threshold_lines(result, key, chosen, ax)
@@ -218,5 +218,14 @@ def plot(result: Run, *keys: str, sample: int = 0, neurons: Sequence[int] | int 
     except BaseException:
         plt.close(figure)  # no half-drawn figure left open in pyplot
         raise
-    axes[-1, 0].set_xlabel("time (s)")
+    axes[-1, 0].set_xlabel(_time_label(result))
     return figure
+
+
+def _step(result: Any) -> float:
+    """The x axis's unit per step: dt in seconds, or 1 (steps) for a model without dt."""
+    return result.dt if result.dt is not None else 1.0
+
+
+def _time_label(result: Any) -> str:
+    return "time (s)" if result.dt is not None else "time (steps)"

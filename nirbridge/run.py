@@ -48,7 +48,7 @@ from .engine.schedule import (
 )
 from .errors import InputError, ParameterError, SilentNetworkWarning
 from .limits import check_memory
-from .state import NODES, StateError, unpack_state
+from .state import NODES, State, StateError, unpack_state
 
 __all__ = ["RecordSummary", "Run", "RunSummary", "SequenceModule", "run", "silence_hint"]
 
@@ -66,7 +66,8 @@ class RecordSummary:
         neurons: values per sample and step.
         total: the number of spikes (spikes only).
         per_step: spikes per neuron per step, averaged over samples (spikes only).
-        rate: spikes per neuron per second (Hz): ``total / (neurons · B · T · dt)``.
+        rate: spikes per neuron per second (Hz): ``total / (neurons · B · T · dt)``;
+            None for a run without ``dt`` (then ``per_step`` is the rate).
         silent: neurons that never fired in any sample (spikes only).
         minimum, mean, maximum: of the values (continuous values only).
     """
@@ -85,8 +86,9 @@ class RecordSummary:
     def describe(self) -> str:
         """One line: spike totals and rates, or the range of the values."""
         if self.spikes:
+            rate = f" ({self.rate:.4g} Hz)" if self.rate is not None else ""
             return (
-                f"{self.total} spikes, {self.per_step:.4f} per neuron per step ({self.rate:.4g} Hz); "
+                f"{self.total} spikes, {self.per_step:.4f} per neuron per step{rate}; "
                 f"{self.silent} of {self.neurons} neurons silent"
             )
         return f"min {self.minimum:.4g}, mean {self.mean:.4g}, max {self.maximum:.4g}"
@@ -128,7 +130,11 @@ class Run:
         records: recorded values over time, ``[T, B, ...]``, keyed by node path
             (``"lif"``, ``"block.lif"``) for node outputs and by path and variable
             (``"lif.v"``, ``"cuba.i"``) for neuron state variables after each step.
-        dt: the time step of the module, in seconds.
+        dt: the time step of the module in seconds, or ``None`` for a native model
+            that has none (snntorch and spikingjelly count time in steps; plain torch
+            has no time): then rates are per step and plots count steps.
+        dt_from: where ``dt`` comes from (the module's own, the cells' ``dt`` of a
+            norse model, ``run(dt=...)``), or why there is none.
         spiking: the record keys that hold spikes.
         spiking_outputs: the names of Output nodes whose values are spikes.
         layout: record key -> (node names from the top graph down, observable), e.g.
@@ -137,16 +143,20 @@ class Run:
         thresholds: record key of a membrane potential (``"lif.v"``) -> the firing
             threshold of its node, per neuron (``[neurons...]`` or a scalar), float64 on
             the CPU; for the threshold lines of :meth:`plot`.
+        unrecorded: for a native model, the layers that could not be recorded under
+            a NIR node's name, and why.
     """
 
     output: torch.Tensor | dict[str, torch.Tensor]
-    state: dict[str, Any]
+    state: Any
     records: dict[str, torch.Tensor]
-    dt: float
+    dt: float | None
     spiking: frozenset[str] = frozenset()
     spiking_outputs: frozenset[str] = frozenset()
     layout: dict[str, tuple[tuple[str, ...], str]] = dataclasses.field(default_factory=dict, repr=False)
     thresholds: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict, repr=False)
+    dt_from: str = ""
+    unrecorded: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
         def shape(t: torch.Tensor) -> str:
@@ -157,7 +167,8 @@ class Run:
             if isinstance(self.output, torch.Tensor)
             else "{" + ", ".join(f"{k!r}: {shape(v)}" for k, v in self.output.items()) + "}"
         )
-        lines = [f"Run(dt={self.dt:g}, output={out}, records={len(self.records)})"]
+        dt = f"{self.dt:g}" if self.dt is not None else f"None ({self.dt_from})"
+        lines = [f"Run(dt={dt}, output={out}, records={len(self.records)})"]
         lines += [f"  {key}: {shape(value)}" for key, value in self.records.items()]
         return "\n".join(lines)
 
@@ -169,8 +180,13 @@ class Run:
         values ``TimeGriddedData`` of shape ``(B, T, neurons)`` with ``dt``. Node paths
         nest as in the graph: ``"block.lif"`` is ``nodes["block"].nodes["lif"]``; a
         node's output is the observable ``"output"`` and its state variables keep
-        their names (``"v"``, ``"i"``).
+        their names (``"v"``, ``"i"``). A run without ``dt`` needs ``run(..., dt=...)``.
         """
+        if self.dt is None:
+            raise RecordError(
+                f"to_nir_data: this run has no dt ({self.dt_from}), and NIR's data count time in "
+                "seconds; run it with nirbridge.run(..., dt=seconds_per_step)"
+            )
         return records_to_graph_data(self.records, self.layout, self.spiking, self.dt)
 
     def summary(self) -> RunSummary:
@@ -236,10 +252,13 @@ def run(
     spike gradients) on the eager path.
 
     Args:
-        module: a module built by :func:`nirbridge.nir_to_torch` (or by the norse and
-            snntorch adapters' ``from_nir``), a ``nir.NIRGraph`` or a path to a
-            ``.nir`` file (built with ``nir_to_torch(dt=dt)``), or a single stateful
-            or stateless module.
+        module: a module built by :func:`nirbridge.nir_to_torch` (or by an adapter's
+            ``from_nir``), a ``nir.NIRGraph`` or a path to a ``.nir`` file (built with
+            ``nir_to_torch(dt=dt)``), one of nirbridge's neuron or layer modules alone,
+            or a native model (snntorch, norse, spikingjelly, plain torch), stepped as
+            its simulator steps it: see :mod:`nirbridge.native` (it runs as its own
+            code, ignoring ``chunk``; ``record="outputs"`` records its layers under
+            the names of the NIR nodes they became; ``dt`` is its own, or ``None``).
         inputs: time first, ``[T, B, ...]``; several Input nodes take a dict by Input
             name (or a sequence in graph order). bool and integer spike tensors and
             narrower floats are cast to the module's floating dtype, chunk by chunk; a
@@ -252,7 +271,8 @@ def run(
             ``"block.lif"``: inside a subgraph), or ``"all"`` for every node and
             variable, ``"outputs"`` for every node's output.
         dt: for a graph or path, the time step to build it with; for a built
-            module, it must match the module's own time step (rebuild otherwise).
+            module, it must match the module's own time step (rebuild otherwise); for
+            a native model without one (snntorch, spikingjelly), the seconds per step.
         chunk: time steps per chunk; ``None`` picks one from the nodes' sizes (see
             :func:`nirbridge.engine.schedule.chunk_length`: short for large
             convolutions, long for small dense layers). Results do not depend on it.
@@ -284,6 +304,10 @@ def run(
         StateError: a state that is not one this module returned.
         RecordError: ``record`` names a node or variable the module lacks.
     """
+    if _native(module):
+        return _run_native(
+            module, inputs, state, record, dt, backend, precision, compile, progress, bool_spikes
+        )
     module, built_dt = _module(module, dt)
     level = level_of(module) if is_built(module) else None
     names = level.inputs if level is not None else ["input"]
@@ -305,6 +329,8 @@ def run(
         raise ParameterError(f"run(compile=True, backend={backend!r}): compile=True is backend='compile'")
     chosen = backend_for("compile" if compile else backend, device)
 
+    if type(state) is State:  # the compiled back-end guards on the dict's type: no recompile
+        state = dict(state)
     stepper = eager_stepper(module, level, request)
     if chosen == "compile":
         from .engine.compile import compiled_stepper
@@ -392,13 +418,95 @@ def _assemble(
             spiking.add(key)
     return Run(
         output=outputs[output_names[0]] if len(output_names) == 1 else outputs,
-        state=state,
+        state=State(state) if type(state) is dict else state,
         records=records,
         dt=dt,
         spiking=frozenset(spiking),
         spiking_outputs=frozenset(n for n in output_names if spike_types.get(n) in SPIKING),
         layout=layout,
     )
+
+
+def _native(module: Any) -> bool:
+    """A model nirbridge did not build (snntorch, norse, spikingjelly, plain torch), or
+    one of :mod:`nirbridge.native`'s wrappers; nirbridge's own lone modules are not."""
+    if not isinstance(module, torch.nn.Module) or is_built(module):
+        return False
+    from .native import _WRAPPERS
+
+    return isinstance(module, _WRAPPERS) or not type(module).__module__.startswith("nirbridge.")
+
+
+def _run_native(
+    module: torch.nn.Module,
+    inputs: Any,
+    state: Any,
+    record: Any,
+    dt: float | None,
+    backend: Backend,
+    precision: _precision.Precision,
+    compile: bool,
+    progress: bool | None,
+    bool_spikes: bool,
+    layers: Mapping[str, str] | None = None,
+) -> Run:
+    """:func:`run` for a native model, through :func:`nirbridge.native.run_native`
+    (``layers``: NIR node name -> module path, for the records)."""
+    from .native import run_native
+    from .neurons.modules import check_dt
+
+    if backend not in ("auto", "eager") or compile:
+        raise ParameterError(
+            f"run(backend={'compile' if compile else backend!r}): a native {type(module).__name__} runs as "
+            "its own code (backend='auto' or 'eager'); import its NIR export to run it on nirbridge's engines"
+        )
+    for name, value in (("bool_spikes", bool_spikes), ("progress", progress)):
+        if not (isinstance(value, (bool, np.bool_)) or (name == "progress" and value is None)):
+            raise ParameterError(
+                f"run({name}={value!r}): give True or False" + (" or None" if name == "progress" else "")
+            )
+    _precision.check(precision, "run")
+    if dt is not None:
+        dt = check_dt(dt, "run(dt=...)")
+    if isinstance(inputs, Mapping) and len(inputs) == 1:  # one input, whatever its Input node's name
+        inputs = next(iter(inputs.values()))
+    sequences = _inputs(inputs, ["input"])
+    dtype, device = _dtype_device(module)
+    steps = _check_inputs(module, None, sequences, dtype)
+    x = _cast(sequences["input"], dtype, device)
+    bar = _progress(progress, steps)
+    try:
+        with _precision.precision(precision, device):
+            native = run_native(
+                module,
+                x,
+                state=state,
+                record=record,
+                dt=dt,
+                layers=layers,
+                on_step=bar.update if bar is not None else None,
+            )
+    finally:
+        if bar is not None:
+            bar.close()
+    output, records = native.output, native.records
+    if bool_spikes:
+        if native.spiking_output:
+            output = output != 0
+        records = {k: (v != 0 if k in native.spiking else v) for k, v in records.items()}
+    result = Run(
+        output=output,
+        state=native.state,
+        records=records,
+        dt=native.dt,
+        spiking=native.spiking,
+        spiking_outputs=frozenset({"output"}) if native.spiking_output else frozenset(),
+        layout={key: ((key,), "output") for key in records},
+        dt_from=native.dt_from,
+        unrecorded=native.unrecorded,
+    )
+    _warn_silent(result, module, steps)
+    return result
 
 
 class SequenceModule(torch.nn.Module):
@@ -716,7 +824,7 @@ def _any_grad(state: Any) -> bool:
     return any(isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in tree_leaves(state))
 
 
-def _summarize(key: str, value: torch.Tensor, spikes: bool, dt: float) -> RecordSummary:
+def _summarize(key: str, value: torch.Tensor, spikes: bool, dt: float | None) -> RecordSummary:
     steps, batch = value.shape[0], value.shape[1]
     neurons = math.prod(value.shape[2:])
     data = value.detach()
@@ -729,7 +837,7 @@ def _summarize(key: str, value: torch.Tensor, spikes: bool, dt: float) -> Record
             neurons,
             total=total,
             per_step=per_step,
-            rate=per_step / dt,
+            rate=per_step / dt if dt is not None else None,
             silent=int((~data.reshape(steps * batch, neurons).any(dim=0)).sum()),
         )
     values = data.double()
@@ -744,8 +852,13 @@ def _summarize(key: str, value: torch.Tensor, spikes: bool, dt: float) -> Record
     )
 
 
-def silence_hint(dt: float, module: Any) -> str:
+def silence_hint(dt: float | None, module: Any) -> str:
     """What commonly makes a spiking network silent, for this module's time step."""
+    if dt is None:
+        return (
+            "Check that the inputs are strong enough for the thresholds (and that the weights are "
+            "the trained ones)"
+        )
     meta = getattr(module, "meta", None)
     info = meta.get("nirbridge", {}) if isinstance(meta, dict) else {}
     if isinstance(info, dict) and info.get("dt_assumed"):

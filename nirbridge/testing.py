@@ -14,7 +14,7 @@ def assert_equivalent(reference: Any, candidate: Any, inputs: Any, **options: An
     when the two differ, or when a spike comparison is silent on both sides (which
     proves nothing) unless ``allow_silent=True``, and returns the report when they
     agree. ``options`` are :func:`nirbridge.verify`'s keywords (``atol``, ``rtol``,
-    ``record``, ``state``, ``dt``, ``allow_negative_tau``, ``allow_silent``)."""
+    ``record``, ``state``, ``dt``, ``allow_negative_tau``, ``allow_silent``, ``layers``)."""
     report = verify(reference, candidate, inputs, **options)
     if not report.ok:
         raise AssertionError(str(report))

@@ -2,8 +2,9 @@
 
 ``nirbridge.verify(reference, candidate, inputs)`` runs both with :func:`nirbridge.run`,
 recording every node both can record (a module nirbridge built records every node and
-state variable; any other module, such as a native snntorch or norse network, only its
-outputs), and compares each output and each record the two have in common: spikes by
+state variable; a native snntorch, norse, spikingjelly or torch model records each
+layer's output under the name of the NIR node it became), and compares each output and
+each record the two have in common: spikes by
 count per neuron and step by step, continuous values by their largest and mean
 absolute difference. The :class:`Report` names the first time step and node at which
 the two diverge; a divergence shows first at the node that causes it, since the nodes
@@ -35,7 +36,7 @@ import torch
 
 from .engine.schedule import is_built, level_of
 from .errors import NirBridgeError, SilentNetworkWarning
-from .run import Run, _module, run, silence_hint
+from .run import Run, _module, _native, _run_native, run, silence_hint
 
 __all__ = ["BACKENDS", "Comparison", "Report", "VerifyError", "verify"]
 
@@ -100,7 +101,9 @@ class Report:
     silent (no spike on either side); ``agree`` only asks for agreement; ``silent``
     lists the silent comparisons' keys. ``first_divergence`` is ``(step, key)`` of the
     earliest divergence (ties broken by the order one step evaluates nodes), or
-    ``None``. ``only_reference``/``only_candidate`` list records the other run lacks.
+    ``None``. ``only_reference``/``only_candidate`` list records (layers, for a native
+    model) the other run lacks: compared on one side only. ``unrecorded`` says which
+    layers of a native model could not be recorded, and why.
     """
 
     comparisons: list[Comparison]
@@ -112,6 +115,7 @@ class Report:
     reference_run: Run | None = dataclasses.field(default=None, repr=False)
     candidate_run: Run | None = dataclasses.field(default=None, repr=False)
     allow_silent: bool = False
+    unrecorded: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def agree(self) -> bool:
@@ -202,6 +206,7 @@ class Report:
             lines.append(f"recorded only in the reference: {', '.join(self.only_reference)}")
         if self.only_candidate:
             lines.append(f"recorded only in the candidate: {', '.join(self.only_candidate)}")
+        lines += [f"not recorded in the {line}" for line in self.unrecorded]
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -219,13 +224,17 @@ def verify(
     dt: float | None = None,
     allow_negative_tau: bool = False,
     allow_silent: bool = False,
+    layers: Mapping[str, str] | None = None,
 ) -> Report:
     """Run ``reference`` and ``candidate`` on the same inputs and compare them.
 
     Args:
         reference: a module built by :func:`nirbridge.nir_to_torch` or an adapter's
             ``from_nir``, a ``nir.NIRGraph`` or a ``.nir`` path (built with
-            ``nir_to_torch(dt=dt)``).
+            ``nir_to_torch(dt=dt)``), or a native model (snntorch, norse,
+            spikingjelly, plain torch), run as its simulator runs it (see
+            :mod:`nirbridge.native`) with its layers recorded under the names of the
+            NIR nodes they became.
         candidate: the same kinds as ``reference``, or the name of a simulator,
             ``"nirbridge"``, ``"norse"``, ``"snntorch"`` or ``"spikingjelly"``: the reference graph or file
             built with that simulator's neurons (``from_nir``); a file of that name
@@ -238,9 +247,10 @@ def verify(
         rtol: see ``atol``.
         record: what to compare besides the outputs: ``None`` (the default) records
             every node and state variable where both modules were built by nirbridge
-            (``nir_to_torch`` or an adapter's ``from_nir``), and compares only the
-            outputs otherwise (a native snntorch or norse module has no records);
-            ``"all"``, node paths as :func:`nirbridge.run` takes them, or ``()``.
+            (``nir_to_torch`` or an adapter's ``from_nir``), and every node's output
+            where one is a native model (whose layers have outputs, not NIR's state
+            variables); ``"all"``, node paths as :func:`nirbridge.run` takes them, or
+            ``()``.
         state: ``(reference_state, candidate_state)`` to start from; fresh by default.
         dt: time step for graphs and paths.
         allow_negative_tau: build graphs and paths whose time constants are below 0 as
@@ -248,6 +258,9 @@ def verify(
         allow_silent: let spike comparisons in which neither side spikes count as
             agreement in ``report.ok``; by default they make it ``False`` (and warn
             either way).
+        layers: for a native model, NIR node name -> the module path whose output it
+            is; by default the adapter's own export of the model says (node names are
+            module paths, a second call of ``fc`` is ``fc_2``).
 
     Returns:
         A :class:`Report`; ``report.ok`` says whether the two agree on something,
@@ -267,24 +280,46 @@ def verify(
     states = state if state is not None else (None, None)
     if isinstance(candidate, str) and candidate in BACKENDS:  # a file called so: pass a Path
         candidate = _build_with(candidate, reference, dt, allow_negative_tau)
-    reference, _ = _module(_built(reference, dt, allow_negative_tau), dt)
-    candidate, _ = _module(_built(candidate, dt, allow_negative_tau), dt)
-    dt = None  # built now, each at its own time step
+    sides = []
+    for side in (reference, candidate):
+        side = _built(side, dt, allow_negative_tau)
+        sides.append(side if _native(side) else _module(side, dt)[0])
+    reference, candidate = sides
+    natives = [_native(side) for side in sides]
+    if layers is not None and not any(natives):
+        raise VerifyError("verify(layers=...) names the layers of a native model, but neither side is one")
     if record is None:
-        record = "all" if is_built(reference) and is_built(candidate) else ()
+        record = "outputs" if any(natives) else "all"
+    runs = []
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", SilentNetworkWarning)  # said once below, for both runs
-        ref = run(reference, inputs, record=record, state=states[0], dt=dt, progress=False)
-        cand = run(candidate, inputs, record=record, state=states[1], dt=dt, progress=False)
+        for side, native, start in zip(sides, natives, states):
+            if native:
+                wanted = "outputs" if record not in ((), []) else ()
+                result = _run_native(
+                    side, inputs, start, wanted, None, "auto", "exact", False, False, False, layers
+                )
+                if wanted and not isinstance(record, str):  # node paths: those of them it has
+                    keep = set(record)
+                    result.records = {k: v for k, v in result.records.items() if k in keep}
+            else:
+                result = run(side, inputs, record=record, state=start, progress=False)
+            runs.append(result)
+    ref, cand = runs
     steps = _steps(ref)
     comparisons: list[Comparison] = []
-    order = _order(reference, ref)
+    order = _order(reference if is_built(reference) else candidate, ref)
     common = [k for k in order if k in cand.records]
     for key in common:
         spikes = key in ref.spiking or key in cand.spiking
         comparisons.append(_compare(key, ref.records[key], cand.records[key], spikes, atol, rtol))
     for key, (name, a, b) in _outputs(ref, cand).items():
         spikes = name in ref.spiking_outputs or name in cand.spiking_outputs
+        if a is None or b is None:  # an output one side lacks: never agreement
+            where = "candidate" if a is None else "reference"
+            problem = f"only in the {where}"
+            comparisons.append(Comparison(key, spikes, math.nan, math.nan, None, None, None, problem))
+            continue
         comparisons.append(_compare(key, a, b, spikes, atol, rtol))
     report = Report(
         comparisons=comparisons,
@@ -293,6 +328,11 @@ def verify(
         steps=steps,
         only_reference=[k for k in ref.records if k not in cand.records],
         only_candidate=[k for k in cand.records if k not in ref.records],
+        unrecorded=[
+            f"{'reference' if side is ref else 'candidate'}: {key if key != '*' else 'layers'}: {why}"
+            for side in (ref, cand)
+            for key, why in side.unrecorded.items()
+        ],
         reference_run=ref,
         candidate_run=cand,
         allow_silent=allow_silent,
@@ -361,11 +401,19 @@ def _order(module: Any, result: Run) -> list[str]:
 
 
 def _outputs(ref: Run, cand: Run) -> dict[str, tuple[str, Any, Any]]:
-    """Comparison key -> (Output name, reference value, candidate value)."""
-    if isinstance(ref.output, torch.Tensor) or isinstance(cand.output, torch.Tensor):
+    """Comparison key -> (Output name, reference value, candidate value), the value
+    ``None`` on the side that lacks that output. One output on each side is compared
+    whatever its name; a dict of one output counts as one."""
+    a, b = _named(ref.output), _named(cand.output)
+    if len(a) == 1 and len(b) == 1:
         name = next(iter(ref.spiking_outputs | cand.spiking_outputs), "output")
-        return {"output": (name, ref.output, cand.output)}
-    return {f"output:{name}": (name, ref.output[name], cand.output.get(name)) for name in ref.output}
+        return {"output": (name, next(iter(a.values())), next(iter(b.values())))}
+    names = [*a, *(n for n in b if n not in a)]
+    return {f"output:{name}": (name, a.get(name), b.get(name)) for name in names}
+
+
+def _named(output: Any) -> dict[str, Any]:
+    return dict(output) if isinstance(output, Mapping) else {"output": output}
 
 
 def _compare(key: str, a: Any, b: Any, spikes: bool, atol: float, rtol: float) -> Comparison:

@@ -303,6 +303,49 @@ def test_verify_agrees_with_norse_and_snntorch_and_reports_a_changed_file(tmp_pa
     assert bad.returncode == 1 and "--against 'brian2': give nirbridge, norse, snntorch" in bad.stderr
 
 
+NATIVE_NET = """
+import snntorch as snn
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 10)
+        self.lif = snn.Leaky(beta=0.9, reset_mechanism="zero", reset_delay=False)
+
+    def forward(self, x, mem=None):
+        spk, mem = self.lif(self.fc(x), mem)
+        return spk, mem
+"""
+
+
+def test_verify_takes_a_native_model_from_a_python_file(tmp_path):
+    import importlib.util
+
+    (tmp_path / "net.py").write_text(NATIVE_NET)
+    spec = importlib.util.spec_from_file_location("native_net_for_test", tmp_path / "net.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(4)
+    net = module.Net()
+    with torch.no_grad():
+        net.fc.weight.uniform_(0.2, 0.8)
+    torch.save(net.state_dict(), tmp_path / "net.pt")
+    from nirbridge.adapters import snntorch as snntorch_adapter
+
+    nirbridge.write(tmp_path / "net.nir", snntorch_adapter.to_nir(net, torch.zeros(1, 6)))
+    native = f"{tmp_path / 'net.py'}:Net"
+    args = ("verify", tmp_path / "net.nir", "--against", native, "--steps", "50")
+    result = nirbridge_cli(*args, "--weights", tmp_path / "net.pt")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"vs {native}: agree on 3 outputs and records over 50 steps (2 of them spiking)" in result.stdout
+    untrained = nirbridge_cli(*args)  # the class's own initial weights: not the exported ones
+    assert untrained.returncode == 1 and "DIFFER, first at step 0 in 'fc'" in untrained.stdout
+    missing = nirbridge_cli("verify", tmp_path / "net.nir", "--against", f"{tmp_path / 'net.py'}:Nett")
+    assert missing.returncode == 1 and "has no 'Nett'; its modules: Net" in missing.stderr
+
+
 def test_support_prints_the_maps_as_a_table():
     result = nirbridge_cli("support")
     assert result.returncode == 0, result.stderr

@@ -259,8 +259,8 @@ def test_native_simulator_modules_verify_without_record():
         native[0].weight.uniform_(0.1, 0.6)
     imported = nirbridge.nir_to_torch(snntorch_adapter.to_nir(native, torch.zeros(1, 12)))
     x = spikes(steps=50)
-    report = nirbridge.verify(native, imported, x)  # no record=: outputs only, for the native side
-    assert [c.key for c in report.comparisons] == ["output"]
+    report = nirbridge.verify(native, imported, x)  # no record=: every layer, under its node's name
+    assert [c.key for c in report.comparisons] == ["0", "1", "output"]
     assert report.ok and report["output"].reference_spikes > 0, report
     report = nirbridge.verify(imported, native, x)
     assert report.ok and report["output"].candidate_spikes == report["output"].reference_spikes

@@ -52,6 +52,7 @@ from .. import trace
 from ..diagnose import _unsupported
 from ..errors import LossyConversionWarning, NirBridgeError, NodeConversionError, UnsupportedModuleError
 from ..maps import _key_name, _lookup_module
+from ..native import NativeSimulator, register
 from ._common import SimulatorNeuron, broadcast, build, export, uniform
 from ._optional import require
 
@@ -557,3 +558,47 @@ def from_nir(
     :func:`nirbridge.nir_to_torch`.
     """
     return build(graph_or_path, FROM_NIR, node_map, dt, device, dtype, allow_negative_tau)
+
+
+# ----------------------------------------------------------------------------- native runs
+
+_snn = require("norse.torch.module.snn", "norse")
+_CELLS = (_snn.SNNCell, _snn.SNNRecurrentCell, nt.LILinearCell)
+_SEQUENCES = (_snn.SNN, _snn.SNNRecurrent, nt.Lift)
+
+
+class NorseModels(NativeSimulator):
+    """norse models in :func:`nirbridge.run` and :func:`nirbridge.verify`: its cells keep
+    their state only in what they return (``z, s = cell(x, s)``), so a model passes it on
+    (``SequentialState``, or ``forward(x, state)``); its sequence modules (``LIF``,
+    ``LI``, ``Lift``, ...) take ``[T, B, ...]``. Each module integrates at its own ``dt``
+    in seconds (norse's default 1e-3)."""
+
+    name = "norse"
+    no_dt = "norse's modules here have no dt"
+
+    def owns(self, module: nn.Module) -> bool:
+        return type(module).__module__.split(".")[0] == "norse"
+
+    def is_neuron(self, module: nn.Module) -> bool:
+        kind = type(module).__name__
+        leaky_integrator = kind.startswith("LI") and not kind.startswith("LIF")
+        return isinstance(module, (*_CELLS, *_SEQUENCES[:2])) and not leaky_integrator
+
+    def takes_state(self, module: nn.Module) -> bool:
+        return isinstance(module, (*_CELLS, *_SEQUENCES))
+
+    def whole_sequence(self, module: nn.Module) -> bool | None:
+        if isinstance(module, _SEQUENCES):
+            return True
+        return False if isinstance(module, _CELLS) else None
+
+    def dt(self, module: nn.Module) -> float | None:
+        value = getattr(module, "dt", None) if isinstance(module, (*_CELLS, *_SEQUENCES)) else None
+        return float(value) if isinstance(value, (int, float)) else None
+
+    def to_nir(self, model: nn.Module, example_input: Any) -> nir.NIRGraph:
+        return to_nir(model, example_input)
+
+
+register(NorseModels())

@@ -49,6 +49,7 @@ from torch import nn
 from .. import trace
 from ..errors import LossyConversionWarning, NirBridgeError
 from ..interpret import DEFAULT_MAP
+from ..native import NativeSimulator, register
 from ._common import SimulatorNeuron, broadcast, build, export
 from ._optional import require
 
@@ -387,3 +388,42 @@ def from_nir(
     over :data:`FROM_NIR`. ``allow_negative_tau`` as in :func:`nirbridge.nir_to_torch`.
     """
     return build(graph_or_path, FROM_NIR, node_map, dt, device, dtype, allow_negative_tau)
+
+
+# ----------------------------------------------------------------------------- native runs
+
+
+class SnntorchModels(NativeSimulator):
+    """snntorch models in :func:`nirbridge.run` and :func:`nirbridge.verify`: its neurons
+    keep their state in non-persistent buffers (``mem``, ``syn``, ``spk``, ...) whether
+    ``init_hidden`` is True or False (without ``mem=`` passed, a neuron uses and updates
+    ``self.mem``); ``reset_mem()`` starts them afresh. snntorch counts time in steps."""
+
+    name = "snntorch"
+    no_dt = "snntorch steps in discrete time (beta per step)"
+
+    def owns(self, module: nn.Module) -> bool:
+        return type(module).__module__.split(".")[0] == "snntorch"
+
+    def keeps_state(self, module: nn.Module) -> bool:
+        return isinstance(module, snn.SpikingNeuron)
+
+    def reset(self, module: nn.Module) -> None:
+        if callable(getattr(module, "reset_mem", None)):
+            module.reset_mem()
+            return
+        for name in self.variables(module):
+            setattr(module, name, torch.zeros_like(getattr(module, name)))
+
+    def variables(self, module: nn.Module) -> dict[str, Any]:
+        return {
+            name: value
+            for name, value in module._buffers.items()
+            if name in module._non_persistent_buffers_set and value is not None
+        }
+
+    def to_nir(self, model: nn.Module, example_input: Any) -> nir.NIRGraph:
+        return to_nir(model, example_input)
+
+
+register(SnntorchModels())

@@ -59,6 +59,7 @@ from torch import nn
 
 from .. import layers, trace
 from ..errors import LossyConversionWarning, NirBridgeError
+from ..native import NativeSimulator, register
 from ._common import SimulatorNeuron, broadcast, build, export, uniform
 from ._optional import require
 
@@ -383,3 +384,61 @@ def from_nir(
     over :data:`FROM_NIR`. ``allow_negative_tau`` as in :func:`nirbridge.nir_to_torch`.
     """
     return build(graph_or_path, FROM_NIR, node_map, dt, device, dtype, allow_negative_tau)
+
+
+# ----------------------------------------------------------------------------- native runs
+
+_base = require("spikingjelly.activation_based.base", "spikingjelly")
+
+
+class SpikingjellyModels(NativeSimulator):
+    """spikingjelly models in :func:`nirbridge.run` and :func:`nirbridge.verify`: its
+    memory modules (neurons) keep their state in ``_memories`` (``v``), which
+    ``reset()`` (what ``functional.reset_net`` calls) starts afresh; in
+    ``step_mode="m"``, and inside ``SeqToANNContainer``/``MultiStepContainer``, a call
+    takes the whole sequence ``[T, B, ...]``. spikingjelly counts tau in steps."""
+
+    name = "spikingjelly"
+    no_dt = "spikingjelly counts tau in steps"
+
+    def owns(self, module: nn.Module) -> bool:
+        return type(module).__module__.split(".")[0] == "spikingjelly"
+
+    def keeps_state(self, module: nn.Module) -> bool:
+        return isinstance(module, _base.MemoryModule) and bool(module._memories)
+
+    def is_neuron(self, module: nn.Module) -> bool:
+        return isinstance(module, sjn.BaseNode)
+
+    def stateless(self, module: nn.Module) -> bool:
+        return isinstance(module, _base.StepModule) and not self.keeps_state(module)
+
+    def whole_sequence(self, module: nn.Module) -> bool | None:
+        if isinstance(module, _CONTAINERS):
+            return True
+        mode = getattr(module, "step_mode", None)
+        return {"m": True, "s": False}.get(mode) if isinstance(mode, str) else None
+
+    def folds(self, module: nn.Module) -> bool:
+        return isinstance(module, sjl.SeqToANNContainer)
+
+    def reset(self, module: nn.Module) -> None:
+        module.reset()
+
+    def variables(self, module: nn.Module) -> dict[str, Any]:
+        return dict(module._memories)
+
+    def snapshot(self, module: nn.Module) -> Any:
+        return super().snapshot(module), dict(module._memories)
+
+    def restore(self, module: nn.Module, snapshot: Any) -> None:
+        own, memories = snapshot
+        super().restore(module, own)
+        module._memories.clear()
+        module._memories.update(memories)
+
+    def to_nir(self, model: nn.Module, example_input: Any) -> nir.NIRGraph:
+        return to_nir(model, example_input)
+
+
+register(SpikingjellyModels())

@@ -49,6 +49,15 @@ def spikes(steps=40, batch=3, width=5, seed=0, p=0.4):
     return (torch.rand(steps, batch, width, generator=generator) < p).float()
 
 
+def state_loop(model, x):
+    """The loop of models that pass their state on: ``out, state = model(x_t, state)``."""
+    state, out = None, []
+    for x_t in x:
+        y, state = model(x_t, state)
+        out.append(y)
+    return torch.stack(out)
+
+
 def strong(*layers, low=0.2, high=1.0):
     """Weights that make the neurons fire."""
     with torch.no_grad():
@@ -215,11 +224,7 @@ class NorseSequential(norse.SequentialState):
         self.expected_dt = dt
 
     def own_loop(self, x):
-        state, out = None, []
-        for x_t in x:
-            z, state = self(x_t, state)
-            out.append(z)
-        return torch.stack(out)
+        return state_loop(self, x)
 
 
 class NorseCells(nn.Module):
@@ -241,11 +246,7 @@ class NorseCells(nn.Module):
         return v, (s1, s2)
 
     def own_loop(self, x):
-        state, out = None, []
-        for x_t in x:
-            v, state = self(x_t, state)
-            out.append(v)
-        return torch.stack(out)
+        return state_loop(self, x)
 
 
 class NorseWholeSequence(norse.SequentialState):
@@ -319,11 +320,7 @@ class TorchStateful(nn.Module):
         return torch.tanh(h), h
 
     def own_loop(self, x):
-        state, out = None, []
-        for x_t in x:
-            y, state = self(x_t, state)
-            out.append(y)
-        return torch.stack(out)
+        return state_loop(self, x)
 
 
 class TorchStateless(nn.Sequential):
@@ -352,11 +349,7 @@ class TorchNeurons(nn.Module):
         return v, {"lif": s1, "li": s2}
 
     def own_loop(self, x):
-        state, out = None, []
-        for x_t in x:
-            v, state = self(x_t, state)
-            out.append(v)
-        return torch.stack(out)
+        return state_loop(self, x)
 
 
 FORMS = {

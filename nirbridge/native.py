@@ -200,7 +200,32 @@ class NativeSimulator:
         return torch_to_nir(model, example_input=example_input)
 
 
-_REGISTRY: dict[str, NativeSimulator] = {}
+class _Own(NativeSimulator):
+    """nirbridge's own neurons inside a user's torch model (``forward(x, state)``): they
+    keep their state only in what they return, integrate at their ``dt`` in seconds."""
+
+    name = "nirbridge"
+
+    def owns(self, module: nn.Module) -> bool:
+        from .neurons.modules import Delay, Neuron
+        from .neurons.simulator import SimulatorNeuron
+
+        return isinstance(module, (Neuron, SimulatorNeuron, Delay))
+
+    def is_neuron(self, module: nn.Module) -> bool:
+        from .engine.schedule import SPIKING
+
+        return getattr(getattr(module, "nir_type", None), "__name__", "") in SPIKING
+
+    def takes_state(self, module: nn.Module) -> bool:
+        return True
+
+    def dt(self, module: nn.Module) -> float | None:
+        value = getattr(module, "dt", None)
+        return float(value) if isinstance(value, (int, float)) else None
+
+
+_REGISTRY: dict[str, NativeSimulator] = {"nirbridge": _Own()}
 _ADAPTERS = {"snntorch": "snntorch", "norse": "norse", "spikingjelly": "spikingjelly"}
 """Top-level package of a module type -> the adapter that knows it (imported lazily)."""
 _TORCH = NativeSimulator()

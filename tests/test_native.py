@@ -447,6 +447,7 @@ def test_dt_is_the_simulators_own():
         with pytest.raises(nirbridge.ParameterError, match="own dt = 0.001"):
             nirbridge.run(NorseCells(), x, dt=1e-4)
         assert nirbridge.run(TorchStateless(), x).dt is None
+        assert nirbridge.run(TorchNeurons(), x).dt == 1e-3  # nirbridge's own neurons in a torch model
 
 
 def test_the_silence_warning_names_the_native_dt():
@@ -562,6 +563,11 @@ def test_forms_that_cannot_be_stepped_safely_are_refused_with_the_wrapper():
 
     with pytest.raises(NativeModelError, match="keeps its state only in what it returns"):
         nirbridge.run(NorseRestarts(), x)
+    lif = nirbridge.neurons.LIF(
+        tau=1e-3, r=1.0, v_threshold=0.5
+    )  # in an nn.Sequential, which passes no state
+    with pytest.raises(NativeModelError, match=r"'1' \(LIF\) keeps its state only in what it returns"):
+        nirbridge.run(nn.Sequential(nn.Linear(5, 5), lif), x)
 
     class TwoInputs(nn.Module):
         def forward(self, x, y):

@@ -896,6 +896,8 @@ def verify_command(
     """
     from .verify import BACKENDS, verify
 
+    if weights is not None and not any(_native_spec(c) for c in candidates):
+        raise ParameterError("--weights loads into a native model: give one with --against FILE.py:NAME")
     graph = _graph(file)
     inputs = _random_spikes(_input_shapes(graph, file), steps, batch, rate, seed)
     differ = False
@@ -944,8 +946,6 @@ def verify_command(
                 f"{file} vs {candidate}: agree on {compared} outputs and records over {report.steps} steps"
                 + (f" ({spiked} of them spiking)" if spiked else "")
             )
-    if weights is not None and not any(_native_spec(c) for c in candidates):
-        raise ParameterError("--weights loads into a native model: give one with --against FILE.py:NAME")
     if differ:
         sys.exit(1)
 

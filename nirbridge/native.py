@@ -13,10 +13,11 @@ form                    how one run calls it
                         (norse's ``SequentialState`` and cells, any ``forward(x, state)``);
                         once over the whole sequence where its modules take sequences
                         (norse's ``LIF``, ``LIFBox``, ...)
-``"arguments"``         ``*_, *state = model(x[t], *state)``: the arguments after ``x`` that
+``"arguments"``         ``out, *state = model(x[t], *state)``: the arguments after ``x`` that
                         default to ``None`` are the state (snntorch's tutorials,
                         ``forward(self, x, mem=None) -> (spk, mem)``); the result is
-                        ``(out, *state)`` or ``state`` itself with ``out`` first
+                        ``(out, *state)``, or the state alone where its first argument is
+                        the spikes (``forward(x, spk=None, mem=None) -> (spk, mem)``)
 ``"hidden"``            ``out = model(x[t])``, the state kept inside modules between calls
                         (snntorch's neurons, with ``init_hidden`` True or False;
                         spikingjelly in ``step_mode="s"``); once over the whole sequence in
@@ -26,10 +27,13 @@ form                    how one run calls it
 
 Each run starts from the model's own initial state (the simulators' resets: snntorch's
 ``reset_mem``, spikingjelly's ``reset``; ``None`` for the state arguments) and leaves
-the model as it found it: what its neurons held before the run is put back after. The
-state after the run is returned (a :class:`nirbridge.state.State` of the hidden
-variables, ``{module path: {"mem": tensor}}``, for the ``"hidden"`` form) and continues
-the run when passed back.
+the model as it found it: what its neurons held, and every buffer (batch norm's
+statistics), is put back after. The state after the run is a
+:class:`nirbridge.state.State`, ``{"passed": ..., "hidden": ...}``: ``"passed"`` what
+forward returned as its state (the ``"state"`` and ``"arguments"`` forms),
+``"hidden"`` what the neurons keep inside them, ``{module path: {"mem": tensor}}``
+(where any does); passed back as ``state=``, it continues the run exactly. A model
+none of whose modules keeps state between calls returns ``None``.
 
 Every other form is refused with :class:`NativeModelError`, which names the one-line
 wrapper that says how to call it: :class:`Stateless`, :class:`Steps` (one call per
@@ -226,6 +230,9 @@ class _Own(NativeSimulator):
 
 
 _REGISTRY: dict[str, NativeSimulator] = {"nirbridge": _Own()}
+PASSED, HIDDEN = "passed", "hidden"
+"""The keys of a native run's state: what forward is passed (its ``state=`` or state
+arguments) and what the neurons keep inside (by module path and variable)."""
 _ADAPTERS = {"snntorch": "snntorch", "norse": "norse", "spikingjelly": "spikingjelly"}
 """Top-level package of a module type -> the adapter that knows it (imported lazily)."""
 _TORCH = NativeSimulator()
@@ -338,6 +345,17 @@ def plan(module: nn.Module) -> NativePlan:
     sequence = modes == {True}
     if "" in holders:  # a simulator's neuron alone (its forward's own arguments are not the form)
         return NativePlan(model, "hidden", sequence, (), **common)
+    recurrent = [
+        f"{path!r} ({type(m).__name__})" if path else f"the model itself ({name})"
+        for path, m in model.named_modules()
+        if isinstance(m, (nn.RNNBase, nn.RNNCellBase))
+    ]
+    if recurrent:
+        raise NativeModelError(
+            f"{name}: {', '.join(recurrent)} is one of torch's recurrent layers, which take a whole "
+            "sequence (or their state as (h, c)); nirbridge.run cannot tell how forward passes them. "
+            + _wrap_hint("model")
+        )
     try:
         parameters = list(inspect.signature(model.forward).parameters.values())
     except (TypeError, ValueError):
@@ -365,7 +383,13 @@ def plan(module: nn.Module) -> NativePlan:
         return NativePlan(model, "arguments", sequence, arguments, **common)
     if holders:
         return NativePlan(model, "hidden", sequence, (), **common)
-    passing = [path for path, m in model.named_modules() if id(m) in owner and owner[id(m)].takes_state(m)]
+    passing = [
+        path
+        for path, m in model.named_modules()
+        if id(m) in owner
+        and owner[id(m)].takes_state(m)
+        and not (sequence and owner[id(m)].whole_sequence(m))
+    ]
     if passing:
         raise NativeModelError(
             f"{name}.forward(x) has no state argument, but {passing[0]!r} "
@@ -373,6 +397,8 @@ def plan(module: nn.Module) -> NativePlan:
             "returns: forward either loops over time inside, or starts "
             f"{passing[0]!r} afresh at every call. {_wrap_hint('model')}"
         )
+    if sequence:  # one call over [T, B, ...] from each module's own start: a whole, fresh run
+        return NativePlan(model, "hidden", True, (), **common)
     unknown = [
         f"{path!r} ({type(m).__name__})" if path else f"the model itself ({name})"
         for path, m in model.named_modules()
@@ -507,10 +533,11 @@ class _Recorder:
                     records[node] = torch.stack(calls[i :: len(nodes)])
                     continue
                 value = calls[i]
-                if (flat or path in self.folded) and value.dim() >= 1 and value.shape[0] == steps * batch:
-                    records[node] = value.reshape(steps, batch, *value.shape[1:])
-                elif not (flat or path in self.folded) and tuple(value.shape[:2]) == (steps, batch):
+                folded = flat or path in self.folded
+                if not folded and tuple(value.shape[:2]) == (steps, batch):
                     records[node] = value
+                elif value.dim() >= 1 and value.shape[0] == steps * batch:  # rows, or one step at T = 1
+                    records[node] = value.reshape(steps, batch, *value.shape[1:])
                 else:
                     problems[node] = (
                         f"{path} returned {list(value.shape)}, neither [T, B, ...] nor [T·B, ...]"
@@ -583,15 +610,16 @@ def run_native(
         for m in native.neurons.values()
     ]
     snapshots = {path: (m, sim, sim.snapshot(m)) for path, (m, sim) in native.holders.items()}
+    buffers = _buffers(native.model)  # what forward may change in place (batch norm's statistics)
     calls: dict[str, int] = {}
     counters = [
         m.register_forward_hook(lambda _m, _a, _o, path=path: calls.__setitem__(path, calls.get(path, 0) + 1))
         for path, (m, _) in native.holders.items()
     ]
     try:
-        _start(native, state)
-        output, new_state, spiking_output = _loop(
-            native, x, state, spikes, spike_hooks, calls, counters, on_step
+        passed = _start(native, state, batch)
+        output, passed, spiking_output = _loop(
+            native, x, passed, spikes, spike_hooks, calls, counters, on_step
         )
         stepped = not native.sequence and native.form != "stateless"
         records, problems = (
@@ -605,8 +633,12 @@ def run_native(
             for node in nodes
             if node in records
         )
-        if native.form == "hidden":
-            new_state = State({path: dict(sim.variables(m)) for path, (m, sim) in native.holders.items()})
+        parts: dict[str, Any] = {}
+        if native.form in ("state", "arguments"):
+            parts[PASSED] = passed
+        if native.holders:
+            parts[HIDDEN] = {path: dict(sim.variables(m)) for path, (m, sim) in native.holders.items()}
+        new_state = State(parts) if parts else None
     finally:
         for handle in (*spike_hooks, *counters):
             handle.remove()
@@ -614,6 +646,7 @@ def run_native(
             recorder.remove()
         for m, sim, snap in snapshots.values():
             sim.restore(m, snap)
+        _restore_buffers(buffers)
     return NativeResult(output, new_state, records, spiking, spiking_output, run_dt, dt_from, unrecorded)
 
 
@@ -637,25 +670,77 @@ def _chosen(names: dict[str, list[str]], record: Any, model: str) -> dict[str, l
     return {path: nodes for path, nodes in names.items() if any(n in wanted for n in nodes)}
 
 
-def _start(native: NativePlan, state: Any) -> None:
-    """The model's initial state (resets), or the hidden ``state`` of an earlier run."""
-    if native.reset is not None and state is None:
-        native.reset(native.model)
-        return
-    if native.form != "hidden" or state is None:
-        for module, sim in native.holders.values():
-            sim.reset(module)
-        return
-    if not isinstance(state, Mapping) or set(state) != set(native.holders):
-        given = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+def _start(native: NativePlan, state: Any, batch: int) -> Any:
+    """Reset the model to its own initial state, or load the ``state`` of an earlier run;
+    the state its forward is passed at the first step."""
+    if state is None:
+        if native.reset is not None:
+            native.reset(native.model)
+        else:
+            for module, sim in native.holders.values():
+                sim.reset(module)
+        return None
+    name = type(native.model).__name__
+    expected = ({PASSED} if native.form in ("state", "arguments") else set()) | (
+        {HIDDEN} if native.holders else set()
+    )
+    layout = {PASSED: "the state its forward returns", HIDDEN: "{module path: {variable: tensor}}"}
+    if not expected:
         raise StateError(
-            f"state: {type(native.model).__name__} keeps its state in {sorted(native.holders)}, so run takes "
-            f"the state an earlier run of it returned ({{module path: {{variable: tensor}}}}); got {given}. "
-            "Pass state=None to start from the model's own initial state"
+            f"state: {name} starts afresh at every call (nothing of it keeps state between calls), so "
+            "there is no state to continue from; pass state=None"
         )
-    for path, (module, sim) in native.holders.items():
-        sim.reset(module)
-        sim.load(module, state[path])
+    if not isinstance(state, Mapping) or set(state) != expected:
+        given = sorted(map(str, state)) if isinstance(state, Mapping) else type(state).__name__
+        raise StateError(
+            f"state: run continues {name} from the state an earlier run of it returned, a dict with "
+            + ", ".join(f"{k!r}: {layout[k]}" for k in sorted(expected))
+            + f"; got {given}. Pass state=None to start from the model's own initial state"
+        )
+    passed = state.get(PASSED)
+    if native.form == "arguments" and passed is not None:
+        if not isinstance(passed, tuple) or len(passed) != len(native.arguments):
+            raise StateError(
+                f"state[{PASSED!r}]: {name}.forward takes the state arguments {list(native.arguments)}; "
+                f"give a tuple of {len(native.arguments)} (what an earlier run returned)"
+            )
+    if HIDDEN in state:
+        hidden = state[HIDDEN]
+        if not isinstance(hidden, Mapping) or set(hidden) != set(native.holders):
+            given = sorted(map(str, hidden)) if isinstance(hidden, Mapping) else type(hidden).__name__
+            raise StateError(
+                f"state[{HIDDEN!r}]: {name} keeps state in {sorted(native.holders)}; got {given}. It comes "
+                "from another model: pass state=None"
+            )
+        for path, (module, sim) in native.holders.items():
+            for var, value in dict(hidden[path]).items():
+                if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] not in (1, batch):
+                    raise StateError(
+                        f"state[{HIDDEN!r}][{path!r}][{var!r}] has batch {value.shape[0]}, the input batch "
+                        f"{batch}: a state continues the same samples; pass state=None to start afresh"
+                    )
+            sim.reset(module)
+            sim.load(module, hidden[path])
+    return passed
+
+
+def _buffers(model: nn.Module) -> list[tuple[nn.Module, str, torch.Tensor, torch.Tensor]]:
+    return [
+        (m, name, ref, ref.detach().clone())
+        for m in model.modules()
+        for name, ref in m._buffers.items()
+        if ref is not None
+    ]
+
+
+def _restore_buffers(saved: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor]]) -> None:
+    """Every buffer back, the same tensor with the same values (forward may have
+    replaced it, or changed it in place, as batch norm's running statistics are)."""
+    with torch.no_grad():
+        for module, name, ref, values in saved:
+            module._buffers[name] = ref
+            if ref.shape == values.shape and not torch.equal(ref, values):
+                ref.copy_(values)
 
 
 def _loop(
@@ -734,14 +819,16 @@ def _pair(result: Any, name: str) -> tuple[Any, Any]:
 
 
 def _split(result: Any, arguments: tuple[str, ...], name: str) -> tuple[Any, tuple[Any, ...]]:
-    """``(out, *state)`` or ``state`` itself (output first, snntorch's ``spk, mem``)."""
+    """``(out, *state)``; or ``state`` itself where its first argument is the spikes
+    (``spk``, snntorch's ``forward(x, spk=None, mem=None) -> (spk, mem)``)."""
     k = len(arguments)
-    if not isinstance(result, tuple) or len(result) not in (k, k + 1):
+    spikes_first = arguments[0].startswith("spk")
+    if not isinstance(result, tuple) or len(result) not in ((k, k + 1) if spikes_first else (k + 1,)):
         got = f"a tuple of {len(result)}" if isinstance(result, tuple) else type(result).__name__
         raise NativeModelError(
-            f"{name}.forward takes the state arguments {list(arguments)} and returned {got}; run needs "
-            f"(output, {', '.join(arguments)}) or ({', '.join(arguments)}) with the output first, to pass "
-            f"the state back at the next step. {_wrap_hint('model')}"
+            f"{name}.forward takes the state arguments {list(arguments)} and returned {got}; run passes "
+            f"the state back at the next step, so it needs (output, {', '.join(arguments)}), in that "
+            "order (or the state alone when its first argument is the spikes, spk). " + _wrap_hint("model")
         )
     return _first(result[0]), tuple(result[-k:])
 

@@ -471,9 +471,18 @@ def _run_native(
     if isinstance(inputs, Mapping) and len(inputs) == 1:  # one input, whatever its Input node's name
         inputs = next(iter(inputs.values()))
     sequences = _inputs(inputs, ["input"])
-    dtype, device = _dtype_device(module)
-    steps = _check_inputs(module, None, sequences, dtype)
-    x = _cast(sequences["input"], dtype, device)
+    x = sequences["input"]
+    floats = [t for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()]
+    # the model's own dtype; one without floating tensors computes in the input's
+    dtype = floats[0].dtype if floats else x.dtype if x.is_floating_point() else torch.get_default_dtype()
+    device = floats[0].device if floats else x.device
+    if x.is_floating_point() and not holds(dtype, x.dtype):
+        raise InputError(
+            f"input is {x.dtype}, but {type(module).__name__}'s parameters are {dtype}: its layers would "
+            f"refuse or round it. Pass x.to({dtype}), or convert the model (model.to({x.dtype}))"
+        )
+    steps = _check_inputs(module, None, {"input": x}, dtype)
+    x = _cast(x, dtype, device)
     bar = _progress(progress, steps)
     try:
         with _precision.precision(precision, device):

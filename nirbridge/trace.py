@@ -27,6 +27,7 @@ are broadcast to their population's shape. The model itself is never run.
 
 from __future__ import annotations
 
+import ast
 import bisect
 import contextlib
 import contextvars
@@ -39,6 +40,7 @@ import math
 import operator
 import os
 import sys
+import textwrap
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -389,6 +391,28 @@ def _call_handler(
     return node
 
 
+def _tested_against_none(module: nn.Module, names: list[str]) -> list[str]:
+    """The ``names`` that ``forward``'s source compares with ``is None`` or ``is not None``
+    (``if mem is None: mem = self.lif.init_leaky()``); none where the source is unknown."""
+    if not names:
+        return []
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(type(module).forward)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    tested = {
+        node.left.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and isinstance(node.left, ast.Name)
+        and len(node.ops) == 1
+        and isinstance(node.ops[0], (ast.Is, ast.IsNot))
+        and isinstance(node.comparators[0], ast.Constant)
+        and node.comparators[0].value is None
+    }
+    return [name for name in names if name in tested]
+
+
 def _zero(root: nn.Module, target: Any) -> bool:
     """Whether the tensor a traced ``get_attr`` reads is all zeros (a fresh snntorch state)."""
     try:
@@ -675,6 +699,8 @@ class _Exporter:
                     self.state_arguments.append(param.name)
         if not input_names:
             raise TraceError(f"{type(module).__name__}.forward takes no input argument")
+        # only arguments that forward tests `is None` stand for "no state given"
+        self.state_arguments = _tested_against_none(module, self.state_arguments)
         tracer = _Tracer(self.the_map, self.is_stateful)
         try:
             g = tracer.trace(module, concrete_args=concrete or None)
@@ -854,9 +880,9 @@ class _Exporter:
                 if isinstance(a, fx.Node) and a.op == "get_attr"
             ]
             if fixed and not (self.state_arguments and all(_zero(root, a.target) for a in fixed)):
-                # with a state argument traced at None (`def forward(self, x, mem=None)`), zeros
-                # are the state the model starts from when none is passed (as `if mem is None:
-                # spk, mem = self.rlif.init_rleaky()` writes it): the graph's own start
+                # with a state argument traced at None that forward tests (`if mem is None: spk,
+                # mem = self.rlif.init_rleaky()`), zeros are the state the model starts from when
+                # none is passed: the graph's own start
                 warnings.warn(
                     f"module {where} is given a fixed state (a tensor made while tracing, as "
                     "`mem = self.lif.init_leaky()` inside forward makes), so the model restarts "

@@ -344,6 +344,11 @@ def test_verify_takes_a_native_model_from_a_python_file(tmp_path):
     assert untrained.returncode == 1 and "DIFFER, first at step 0 in 'fc'" in untrained.stdout
     missing = nirbridge_cli("verify", tmp_path / "net.nir", "--against", f"{tmp_path / 'net.py'}:Nett")
     assert missing.returncode == 1 and "has no 'Nett'; its modules: Net" in missing.stderr
+    stray = nirbridge_cli(
+        "verify", tmp_path / "net.nir", "--against", "norse", "--weights", tmp_path / "net.pt"
+    )
+    assert stray.returncode == 1 and "--weights loads into a native model" in stray.stderr
+    assert "agree" not in stray.stdout  # refused before anything ran
 
 
 def test_support_prints_the_maps_as_a_table():

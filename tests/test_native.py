@@ -646,11 +646,128 @@ def test_steps_runs_a_neuron_called_twice_per_step():
         assert torch.equal(nirbridge.run(Steps(model), x).output, expected)
 
 
-def test_a_hidden_state_from_another_model_is_refused():
-    first = nirbridge.run(Hidden(), spikes(steps=3))
-    assert set(first.state) == {"1", "3"} and set(first.state["1"]) == {"mem"}
-    with pytest.raises(nirbridge.StateError, match="keeps its state in"):
-        nirbridge.run(JellySingle(), spikes(steps=3), state=first.state)
+def test_a_state_that_is_not_this_models_is_refused():
+    x = spikes(steps=3)
+    with torch.no_grad():
+        first = nirbridge.run(Hidden(), x)
+        explicit = nirbridge.run(LeakyExplicit(), x)
+    assert set(first.state) == {"hidden"} and set(first.state["hidden"]) == {"1", "3"}
+    assert set(first.state["hidden"]["1"]) == {"mem"}
+    assert set(explicit.state) == {"passed", "hidden"} and len(explicit.state["passed"]) == 1
+    with pytest.raises(nirbridge.StateError, match=r"keeps state in \['1'\]"):
+        nirbridge.run(JellySingle(), x, state=first.state)
+    with pytest.raises(nirbridge.StateError, match="'passed': the state its forward returns"):
+        nirbridge.run(LeakyExplicit(), x, state=explicit.state["passed"][0])  # a bare membrane
+    with pytest.raises(nirbridge.StateError, match="has batch 3, the input batch 2"):
+        nirbridge.run(Hidden(), spikes(steps=3, batch=2), state=first.state)
+    with pytest.raises(nirbridge.StateError, match="no state to continue from"):
+        nirbridge.run(TorchStateless(), x, state=first.state)
+
+
+def test_neurons_that_keep_their_own_state_beside_passed_state_continue_exactly():
+    class Mixed(nn.Module):  # lif1's membrane is passed on, lif2 keeps its own
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(5, 8), nn.Linear(8, 4)
+            self.lif1, self.lif2 = snn.Leaky(beta=0.9, **ZERO), snn.Leaky(beta=0.8, **ZERO)
+            strong(self.fc1, self.fc2)
+
+        def forward(self, x, mem1=None):
+            spk1, mem1 = self.lif1(self.fc1(x), mem1)
+            spk2, _ = self.lif2(self.fc2(spk1))
+            return spk2, mem1
+
+    model, x = Mixed(), spikes()
+    with torch.no_grad():
+        model.lif2.reset_mem()
+        mem1, out = None, []
+        for x_t in x:
+            spk, mem1 = model(x_t, mem1)
+            out.append(spk)
+        first = nirbridge.run(model, x[:10])
+        rest = nirbridge.run(model, x[10:], state=first.state)
+    assert torch.stack(out).sum() > 0
+    assert torch.equal(torch.cat([first.output, rest.output]), torch.stack(out))
+
+
+def test_an_ambiguous_returned_state_is_refused():
+    class SpikesAndMembrane(nn.Module):  # returns (spk, mem) for the arguments (syn, mem)
+        def __init__(self):
+            super().__init__()
+            self.syn = snn.Synaptic(alpha=0.7, beta=0.9, **ZERO)
+
+        def forward(self, x, syn=None, mem=None):
+            spk, syn, mem = self.syn(x, syn, mem)
+            return spk, mem
+
+    with pytest.raises(NativeModelError, match=r"needs \(output, syn, mem\), in that order"):
+        nirbridge.run(SpikesAndMembrane(), spikes(steps=3))
+
+
+def test_torch_recurrent_layers_are_refused_unless_wrapped():
+    lstm = nn.LSTM(5, 4)
+    x = torch.randn(6, 3, 5)
+    with pytest.raises(NativeModelError, match=r"torch's recurrent layers"):
+        nirbridge.run(lstm, x)
+    with torch.no_grad():
+        assert torch.equal(nirbridge.run(WholeSequence(lstm), x).output, lstm(x)[0])
+
+
+def test_batch_norm_in_training_mode_is_left_as_found():
+    model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), snn.Leaky(beta=0.9, init_hidden=True, **ZERO))
+    model.train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
+        nirbridge.run(model, spikes(steps=20))
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_native_states_deep_copy_while_autograd_records():
+    x = spikes(steps=5)
+    for model in (LeakyExplicit(), NorseSequential(), Hidden()):
+        result = nirbridge.run(model, x)  # grad mode on: the states carry autograd history
+        kept = copy.deepcopy(result.state)
+        with torch.no_grad():
+            whole = nirbridge.run(model, torch.cat([x, x]))
+            rest = nirbridge.run(model, x, state=kept)
+        assert torch.equal(rest.output, whole.output[5:]), type(model).__name__
+
+
+def test_whole_sequence_modules_run_in_a_forward_without_state():
+    class NorseLIF(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(5, 8)
+            self.lif = norse.LIF()
+            strong(self.fc, low=2.0, high=6.0)
+
+        def forward(self, x):
+            z, _ = self.lif(self.fc(x))
+            return z
+
+    model, x = NorseLIF(), spikes()
+    with torch.no_grad():
+        result = nirbridge.run(model, x)
+        assert torch.equal(result.output, model(x)) and result.output.sum() > 0
+    assert result.state is None and result.dt == 1e-3
+
+
+def test_a_native_model_takes_float64_input_as_its_own_loop_does():
+    cell = norse.LIFBoxCell()  # no parameters: the model's dtype is the input's
+    x = spikes(steps=10).double() * 300
+    with torch.no_grad():
+        expected = state_loop(cell, x)
+        assert torch.equal(nirbridge.run(cell, x).output, expected)
+
+
+def test_a_layer_stepped_inside_a_whole_sequence_call_records_at_one_step():
+    model = JellyContainers()
+    x = spikes(steps=1)
+    with torch.no_grad():
+        result = nirbridge.run(model, x, record="outputs")
+    assert set(result.records) == {"0.0", "1.0"} and result.records["1.0"].shape == (1, 3, 8)
 
 
 def test_the_states_deep_copy_works_while_autograd_records():
@@ -694,6 +811,15 @@ def test_the_rleaky_idiom_exports_without_a_false_warning_but_a_fixed_start_stil
     with pytest.warns(nirbridge.LossyConversionWarning, match="restarts from it at every call"):
         snntorch_adapter.to_nir(Restarts(), torch.zeros(1, 5))
 
+    class IgnoresItsArgument(Restarts):  # takes mem=None, but never looks at it
+        def forward(self, x, mem=None):
+            mem = self.lif.init_leaky()
+            spk, mem = self.lif(self.fc(x), mem)
+            return spk, mem
+
+    with pytest.warns(nirbridge.LossyConversionWarning, match="restarts from it at every call"):
+        snntorch_adapter.to_nir(IgnoresItsArgument(), torch.zeros(1, 5))
+
 
 def test_records_of_a_native_run_are_its_layers_under_node_names():
     model = JellyMulti()
@@ -712,7 +838,8 @@ def test_records_of_a_native_run_are_its_layers_under_node_names():
         nirbridge.run(model, x, record=["1.v"])
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomized: the same draws in every CI run, so a failure is reproducible where it shows
+@settings(max_examples=16, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(
     form=st.sampled_from(
         [
@@ -741,5 +868,7 @@ def test_forms_verify_exactly_over_sizes_and_parameters(form, n, beta, threshold
         warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)  # some draws never fire
         assert torch.equal(nirbridge.run(model, x).output, own_loop(model, x))
     graph = EXPORTED[form].to_nir(model, x if form.endswith(" m") else x[0])
-    report = nirbridge.verify(model, nirbridge.nir_to_torch(graph), x, allow_silent=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
+        report = nirbridge.verify(model, nirbridge.nir_to_torch(graph), x, allow_silent=True)
     assert report.agree, report

@@ -63,7 +63,8 @@ def rows_independent(module: torch.nn.Module, x: torch.Tensor, key: tuple[Any, .
 
 def _key(module: torch.nn.Module, x: torch.Tensor) -> tuple[Any, ...]:
     parameters = tuple((tuple(p.shape), p.dtype) for p in module.parameters(recurse=True))
-    return (type(module), parameters, tuple(x.shape), x.dtype, x.device, torch.get_num_threads())
+    settings = module.extra_repr()  # a convolution's stride, padding, dilation, groups
+    return (type(module), settings, parameters, tuple(x.shape), x.dtype, x.device, torch.get_num_threads())
 
 
 def _stepped(

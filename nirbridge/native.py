@@ -57,7 +57,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import InputError, NirBridgeError, ParameterError
+from .errors import NirBridgeError, ParameterError
 from .state import State, StateError
 
 __all__ = [
@@ -840,4 +840,7 @@ def _as_sequence(out: Any, steps: int, batch: int, name: str) -> torch.Tensor:
         return out
     if out.dim() >= 1 and out.shape[0] == steps * batch:
         return out.reshape(steps, batch, *out.shape[1:])
-    raise InputError(f"{name} returned {list(out.shape)} for a sequence [T={steps}, B={batch}, ...]")
+    raise NativeModelError(
+        f"{name} returned {list(out.shape)} for the sequence [T={steps}, B={batch}, ...]; a call over the "
+        f"whole sequence must return [T, B, ...]. {_wrap_hint('model')}"
+    )

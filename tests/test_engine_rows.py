@@ -38,6 +38,19 @@ def test_a_layer_runs_bit_for_bit_like_stepping_whatever_the_matrix_library_does
         assert torch.equal(got, stepped(layer, x)), (n_in, n_out)
 
 
+def test_a_plain_linear_at_batch_one_runs_as_one_batched_product_where_that_is_exact():
+    torch.manual_seed(1)
+    layer = torch.nn.Linear(128, 128)
+    x = (torch.rand(50, 1, 128) < 0.3).float()
+    with torch.no_grad(), nirbridge.precision("exact"):
+        chosen = rows.way(layer, x)
+        assert torch.equal(rows.time_batched(layer, x), stepped(layer, x)), chosen
+        layer.register_forward_pre_hook(lambda module, args: None)  # a hook: every call goes through it
+        assert rows.way(layer, x) == chosen
+        assert torch.equal(rows.time_batched(layer, x), stepped(layer, x))
+    assert chosen in ("flat", "batched", "steps")
+
+
 def test_a_layer_that_mixes_rows_is_stepped():
     x = torch.randn(6, 4, 3)
     with nirbridge.precision("exact"):
@@ -47,7 +60,7 @@ def test_a_layer_that_mixes_rows_is_stepped():
         assert torch.allclose(rows.time_batched(Centred(), x), x - x.reshape(24, 3).mean(0))
 
 
-def test_the_verdict_is_probed_once_per_shape_and_fast_makes_one_call():
+def test_the_way_is_probed_once_per_shape_and_fast_makes_one_call():
     layer = Counted(5, 3)
     x = torch.randn(10, 2, 5)
     with torch.no_grad(), nirbridge.precision("exact"):
@@ -56,6 +69,7 @@ def test_the_verdict_is_probed_once_per_shape_and_fast_makes_one_call():
         rows.time_batched(layer, x)
         again = Counted.calls - first
     assert again in (1, 10)  # one call, or one per step: no second probe
+    assert rows.way(layer, x) in ("flat", "steps")  # a subclass with its own forward is never batched
     Counted.calls = 0
     with torch.no_grad(), nirbridge.precision("fast"):
         rows.time_batched(layer, x)

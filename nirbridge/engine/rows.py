@@ -4,13 +4,19 @@ give, bit for bit, what stepping it ``B`` rows at a time gives.
 Time batching assumes a layer computes each row of its input alone, the same way
 whatever the other rows are. Matrix-product libraries do not promise it: on a CPU with
 AVX-512, MKL's float32 ``sgemm`` sums a row of a 320-row product in another order than
-the same row of an 8-row one (a 256 → 128 Linear differs by up to 6e-7), and cuBLAS
-and oneDNN pick kernels by problem size too. So, under ``precision("exact")``,
-:func:`time_batched` probes each layer once per input shape, chunk length, dtype,
-device and thread count: the layer on random rows ``[Tc·B, ...]`` against the same rows
-``B`` at a time. Where the two agree to the bit, the chunk runs as one call; where they
-do not, it runs one call per step, as stepping does, with the same results. Under
-``"fast"`` the chunk always runs as one call.
+the same row of an 8-row one (a 256 → 128 Linear differs by up to 6e-7), a product of
+one row takes the matrix-vector kernel, and cuBLAS and oneDNN pick kernels by problem
+size too. So, under ``precision("exact")``, :func:`time_batched` probes each layer once
+per settings, input shape, chunk length, dtype, device and thread count, on random
+normal and on 0/1 rows, against the same rows ``B`` at a time, and runs the chunk the
+fastest way that agrees to the bit:
+
+* ``"flat"``: one call over the ``Tc·B`` rows;
+* ``"batched"`` (a plain ``nn.Linear``): one batched product of ``Tc`` products of
+  ``B`` rows (``baddbmm``), which libraries compute with the kernel of one such product;
+* ``"steps"``: one call per step, as stepping does.
+
+Under ``"fast"`` the chunk always runs as one call.
 """
 
 from __future__ import annotations
@@ -22,43 +28,64 @@ import torch
 
 from . import precision as _precision
 
-__all__ = ["rows_independent", "time_batched"]
+__all__ = ["rows_independent", "time_batched", "way"]
 
-_VERDICTS: dict[tuple[Any, ...], bool] = {}
+_WAYS: dict[tuple[Any, ...], str] = {}
 
 
 def time_batched(
     module: torch.nn.Module, x: torch.Tensor, check: Callable[[Any], torch.Tensor] | None = None
 ) -> torch.Tensor:
-    """``module`` over a chunk ``x`` ``[Tc, B, ...]``, as ``[Tc, B, ...]``: one call over
-    the ``Tc·B`` rows where that is exact (see the module's docstring), else one per
-    step. ``check`` sees each call's result first (a user's module may return anything)."""
+    """``module`` over a chunk ``x`` ``[Tc, B, ...]``, as ``[Tc, B, ...]``, the fastest
+    way that equals stepping (see the module's docstring). ``check`` sees each call's
+    result first (a user's module may return anything)."""
     steps, batch = x.shape[0], x.shape[1]
     exact = steps > 1 and _precision.active() != "fast"
     key = _key(module, x)
-    if exact and _VERDICTS.get(key) is False:
+    known = _WAYS.get(key) if exact else "flat"
+    if known == "batched" and _can_batch(module, x):
+        return _batched(module, x)
+    if known == "steps":
         return _stepped(module, x, check)
     flat = module(x.reshape(-1, *x.shape[2:]))
     if check is not None:
         flat = check(flat)
-    if not exact or rows_independent(module, x, key):
+    if known == "flat" or way(module, x, key) == "flat":
         return flat.reshape(steps, batch, *flat.shape[1:])
-    return _stepped(module, x, check)
+    return (
+        _batched(module, x)
+        if _WAYS[key] == "batched" and _can_batch(module, x)
+        else _stepped(module, x, check)
+    )
 
 
-def rows_independent(module: torch.nn.Module, x: torch.Tensor, key: tuple[Any, ...] | None = None) -> bool:
-    """Whether ``module`` gives each row of ``x`` ``[Tc, B, ...]`` the same bits over all
-    ``Tc·B`` rows as over ``B``, probed once per shape on random normal and on 0/1 rows."""
+def way(module: torch.nn.Module, x: torch.Tensor, key: tuple[Any, ...] | None = None) -> str:
+    """How a chunk ``x`` ``[Tc, B, ...]`` of ``module`` runs exactly: ``"flat"``,
+    ``"batched"`` or ``"steps"``, probed once per key."""
     key = key or _key(module, x)
-    verdict = _VERDICTS.get(key)
-    if verdict is None:
+    found = _WAYS.get(key)
+    if found is None:
         generator = torch.Generator(device=x.device).manual_seed(0)
         with torch.no_grad():
             normal = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
             spikes = (torch.rand(x.shape, generator=generator, device=x.device) < 0.3).to(x.dtype)
-            verdict = all(_same(module, probe) for probe in (normal, spikes))
-        _VERDICTS[key] = verdict
-    return verdict
+            probes = (normal, spikes)
+            stepped = [torch.stack([module.forward(p[t]) for t in range(p.shape[0])]) for p in probes]
+            found = "steps"
+            if all(torch.equal(_flat(module, p), s) for p, s in zip(probes, stepped)):
+                found = "flat"
+            elif _can_batch(module, x) and all(
+                torch.equal(_batched(module, p), s) for p, s in zip(probes, stepped)
+            ):
+                found = "batched"
+        _WAYS[key] = found
+    return found
+
+
+def rows_independent(module: torch.nn.Module, x: torch.Tensor) -> bool:
+    """Whether ``module`` gives each row of ``x`` ``[Tc, B, ...]`` the same bits over all
+    ``Tc·B`` rows at once as over ``B`` at a time."""
+    return way(module, x) == "flat"
 
 
 def _key(module: torch.nn.Module, x: torch.Tensor) -> tuple[Any, ...]:
@@ -67,15 +94,35 @@ def _key(module: torch.nn.Module, x: torch.Tensor) -> tuple[Any, ...]:
     return (type(module), settings, parameters, tuple(x.shape), x.dtype, x.device, torch.get_num_threads())
 
 
+def _can_batch(module: torch.nn.Module, x: torch.Tensor) -> bool:
+    """A plain ``nn.Linear`` on ``[Tc, B, features]`` with no hooks (a pre-hook may
+    compute the weight, as pruning's does): what :func:`_batched` computes."""
+    return (
+        isinstance(module, torch.nn.Linear)
+        and type(module).forward is torch.nn.Linear.forward
+        and x.dim() == 3
+        and not (module._forward_hooks or module._forward_pre_hooks)
+    )
+
+
+def _flat(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """One probe call over all rows; through ``forward``, so the user's hooks see only
+    the run's own calls."""
+    flat = module.forward(x.reshape(-1, *x.shape[2:]))
+    return flat.reshape(x.shape[0], x.shape[1], *flat.shape[1:])
+
+
+def _batched(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A plain Linear as ``Tc`` products of ``B`` rows in one batched call."""
+    steps = x.shape[0]
+    weight = module.weight.t().expand(steps, *module.weight.t().shape)
+    if module.bias is None:
+        return torch.bmm(x, weight)
+    return torch.baddbmm(module.bias.expand(steps, x.shape[1], module.out_features), x, weight)
+
+
 def _stepped(
     module: torch.nn.Module, x: torch.Tensor, check: Callable[[Any], torch.Tensor] | None
 ) -> torch.Tensor:
     outs = [module(x[t]) for t in range(x.shape[0])]
     return torch.stack([check(o) for o in outs] if check is not None else outs)
-
-
-def _same(module: torch.nn.Module, x: torch.Tensor) -> bool:
-    """One probe; through ``forward``, so the user's hooks see only the run's own calls."""
-    flat = module.forward(x.reshape(-1, *x.shape[2:]))
-    stepped = torch.stack([module.forward(x[t]) for t in range(x.shape[0])])
-    return torch.equal(flat.reshape(stepped.shape), stepped)

@@ -317,11 +317,7 @@ def run(
     batch = next(iter(sequences.values())).shape[1]
     _check_state(level, state, "state", batch, torch.empty(0, dtype=dtype, device=device))
     request = _request(level, record)
-    for name, value in (("compile", compile), ("bool_spikes", bool_spikes), ("progress", progress)):
-        if not (isinstance(value, (bool, np.bool_)) or (name == "progress" and value is None)):
-            raise ParameterError(
-                f"run({name}={value!r}): give True or False" + (" or None" if name == "progress" else "")
-            )
+    _check_flags(compile=compile, bool_spikes=bool_spikes, progress=progress)
     if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
         raise ParameterError(f"run(chunk={chunk!r}): give a whole number of time steps, at least 1")
     _precision.check(precision, "run")
@@ -427,6 +423,15 @@ def _assemble(
     )
 
 
+def _check_flags(**flags: Any) -> None:
+    """``run``'s switches are True or False (``progress`` also None, for automatic)."""
+    for name, value in flags.items():
+        if not (isinstance(value, (bool, np.bool_)) or (name == "progress" and value is None)):
+            raise ParameterError(
+                f"run({name}={value!r}): give True or False" + (" or None" if name == "progress" else "")
+            )
+
+
 def _native(module: Any) -> bool:
     """A model nirbridge did not build (snntorch, norse, spikingjelly, plain torch), or
     one of :mod:`nirbridge.native`'s wrappers; nirbridge's own lone modules are not."""
@@ -440,14 +445,14 @@ def _native(module: Any) -> bool:
 def _run_native(
     module: torch.nn.Module,
     inputs: Any,
-    state: Any,
-    record: Any,
-    dt: float | None,
-    backend: Backend,
-    precision: _precision.Precision,
-    compile: bool,
-    progress: bool | None,
-    bool_spikes: bool,
+    state: Any = None,
+    record: Any = (),
+    dt: float | None = None,
+    backend: Backend = "auto",
+    precision: _precision.Precision = "exact",
+    compile: bool = False,
+    progress: bool | None = False,
+    bool_spikes: bool = False,
     layers: Mapping[str, str] | None = None,
 ) -> Run:
     """:func:`run` for a native model, through :func:`nirbridge.native.run_native`
@@ -460,11 +465,7 @@ def _run_native(
             f"run(backend={'compile' if compile else backend!r}): a native {type(module).__name__} runs as "
             "its own code (backend='auto' or 'eager'); import its NIR export to run it on nirbridge's engines"
         )
-    for name, value in (("bool_spikes", bool_spikes), ("progress", progress)):
-        if not (isinstance(value, (bool, np.bool_)) or (name == "progress" and value is None)):
-            raise ParameterError(
-                f"run({name}={value!r}): give True or False" + (" or None" if name == "progress" else "")
-            )
+    _check_flags(bool_spikes=bool_spikes, progress=progress)
     _precision.check(precision, "run")
     if dt is not None:
         dt = check_dt(dt, "run(dt=...)")

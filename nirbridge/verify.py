@@ -296,9 +296,7 @@ def verify(
         for side, native, start in zip(sides, natives, states):
             if native:
                 wanted = "outputs" if record not in ((), []) else ()
-                result = _run_native(
-                    side, inputs, start, wanted, None, "auto", "exact", False, False, False, layers
-                )
+                result = _run_native(side, inputs, state=start, record=wanted, layers=layers)
                 if wanted and not isinstance(record, str):  # node paths: those of them it has
                     keep = set(record)
                     result.records = {k: v for k, v in result.records.items() if k in keep}

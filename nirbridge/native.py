@@ -177,20 +177,15 @@ class NativeSimulator:
             setattr(module, name, value)
 
     def snapshot(self, module: nn.Module) -> Any:
-        """Everything a run may change in ``module``, to put back after it: its buffers
-        and the tensors among its attributes."""
-        return dict(module._buffers), {k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor)}
+        """What a run may change in a :meth:`keeps_state` module besides its buffers
+        (which every run puts back for every module): the tensors among its attributes."""
+        return {k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor)}
 
     def restore(self, module: nn.Module, snapshot: Any) -> None:
-        """Undo a run: :meth:`snapshot` 's values back in place, attributes it added gone."""
-        buffers, attributes = snapshot
-        module._buffers.clear()
-        module._buffers.update(buffers)
-        for key in [
-            k for k, v in vars(module).items() if isinstance(v, torch.Tensor) and k not in attributes
-        ]:
+        """Undo a run: :meth:`snapshot` 's attributes back, those the run added gone."""
+        for key in [k for k, v in vars(module).items() if isinstance(v, torch.Tensor) and k not in snapshot]:
             delattr(module, key)
-        for key, value in attributes.items():
+        for key, value in snapshot.items():
             object.__setattr__(module, key, value)
 
     def dt(self, module: nn.Module) -> float | None:
@@ -610,7 +605,7 @@ def run_native(
         for m in native.neurons.values()
     ]
     snapshots = {path: (m, sim, sim.snapshot(m)) for path, (m, sim) in native.holders.items()}
-    buffers = _buffers(native.model)  # what forward may change in place (batch norm's statistics)
+    buffers = _buffers(native.model)  # neurons' state, batch norm's statistics
     calls: dict[str, int] = {}
     counters = [
         m.register_forward_hook(lambda _m, _a, _o, path=path: calls.__setitem__(path, calls.get(path, 0) + 1))
@@ -724,23 +719,29 @@ def _start(native: NativePlan, state: Any, batch: int) -> Any:
     return passed
 
 
-def _buffers(model: nn.Module) -> list[tuple[nn.Module, str, torch.Tensor, torch.Tensor]]:
+Buffers = list[tuple[nn.Module, dict[str, Any], dict[str, torch.Tensor]]]
+
+
+def _buffers(model: nn.Module) -> Buffers:
+    """Every module's buffers, as tensors and as values."""
     return [
-        (m, name, ref, ref.detach().clone())
+        (m, dict(m._buffers), {name: b.detach().clone() for name, b in m._buffers.items() if b is not None})
         for m in model.modules()
-        for name, ref in m._buffers.items()
-        if ref is not None
     ]
 
 
-def _restore_buffers(saved: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor]]) -> None:
+def _restore_buffers(saved: Buffers) -> None:
     """Every buffer back, the same tensor with the same values (forward may have
-    replaced it, or changed it in place, as batch norm's running statistics are)."""
+    replaced it, as snntorch's ``self.mem = ...``, or changed it in place, as batch
+    norm's running statistics), and none that the run added."""
     with torch.no_grad():
-        for module, name, ref, values in saved:
-            module._buffers[name] = ref
-            if ref.shape == values.shape and not torch.equal(ref, values):
-                ref.copy_(values)
+        for module, tensors, values in saved:
+            module._buffers.clear()
+            module._buffers.update(tensors)
+            for name, value in values.items():
+                tensor = tensors[name]
+                if tensor.shape == value.shape and not torch.equal(tensor, value):
+                    tensor.copy_(value)
 
 
 def _loop(

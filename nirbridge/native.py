@@ -310,15 +310,16 @@ def plan(module: nn.Module) -> NativePlan:
     name = type(model).__name__
     simulators = simulators_of(model)
     owner = {id(m): sim for sim in simulators for m in model.modules() if sim.owns(m)}
-    holders = {
-        path: (m, owner[id(m)])
-        for path, m in model.named_modules()
-        if id(m) in owner and owner[id(m)].keeps_state(m)
-    }
-    neurons = {path: m for path, m in model.named_modules() if id(m) in owner and owner[id(m)].is_neuron(m)}
+
+    def having(ask: Callable[[NativeSimulator, nn.Module], Any]) -> dict[str, nn.Module]:
+        """The modules (by path) whose simulator says yes to ``ask``."""
+        return {path: m for path, m in model.named_modules() if id(m) in owner and ask(owner[id(m)], m)}
+
+    holders = {path: (m, owner[id(m)]) for path, m in having(lambda sim, m: sim.keeps_state(m)).items()}
+    neurons = having(lambda sim, m: sim.is_neuron(m))
     modes = _modes(model, owner)
     dt, dt_from = _own_dt(model, owner, simulators)
-    folding = [path for path, m in model.named_modules() if id(m) in owner and owner[id(m)].folds(m)]
+    folding = having(lambda sim, m: sim.folds(m))
     folded = frozenset(
         path for path, _ in model.named_modules() if any(path.startswith(f"{f}.") for f in folding)
     )
@@ -378,13 +379,7 @@ def plan(module: nn.Module) -> NativePlan:
         return NativePlan(model, "arguments", sequence, arguments, **common)
     if holders:
         return NativePlan(model, "hidden", sequence, (), **common)
-    passing = [
-        path
-        for path, m in model.named_modules()
-        if id(m) in owner
-        and owner[id(m)].takes_state(m)
-        and not (sequence and owner[id(m)].whole_sequence(m))
-    ]
+    passing = list(having(lambda sim, m: sim.takes_state(m) and not (sequence and sim.whole_sequence(m))))
     if passing:
         raise NativeModelError(
             f"{name}.forward(x) has no state argument, but {passing[0]!r} "

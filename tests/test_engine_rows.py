@@ -94,3 +94,19 @@ def test_a_run_equals_stepping_through_a_wide_layer():
         layer = stepped(gm.get_submodule("0"), x)
     assert torch.equal(result.output, torch.stack(outs))
     assert torch.equal(result.records["0"], layer)
+
+
+class SpikesOnly(torch.nn.Module):
+    """A user's layer that refuses anything but 0/1 inputs (as the probe's random rows are not)."""
+
+    def forward(self, x):
+        if not bool(((x == 0) | (x == 1)).all()):
+            raise ValueError("spikes only")
+        return 2 * x
+
+
+def test_a_layer_that_refuses_the_probes_rows_is_stepped_not_failed():
+    x = (torch.rand(7, 3, 4) < 0.5).float()
+    with nirbridge.precision("exact"):
+        assert rows.way(SpikesOnly(), x) == "steps"
+        assert torch.equal(rows.time_batched(SpikesOnly(), x), 2 * x)

@@ -3,6 +3,7 @@ CPU) through nirbridge.run: both replicas hold the same parameters after every s
 
 from __future__ import annotations
 
+import gc
 import socket
 import warnings
 
@@ -51,6 +52,14 @@ def _train(rank: int, world: int, port: int, results: str, backend: str) -> None
             agreed.append(all(torch.equal(g, gathered[0]) for g in gathered))
         changed = any(not torch.equal(initial[k], p) for k, p in gm.named_parameters())
         torch.save({"agreed": agreed, "changed": changed}, f"{results}/rank{rank}.pt")
+        # DDP's reducer holds the process group inside a reference cycle. Left to the
+        # collector at interpreter exit, gloo's worker threads are destroyed during
+        # finalisation, which aborts the process now and then (SIGABRT, "terminate called
+        # without an active exception"). Free it here, and let both ranks finish before
+        # either tears down its connections.
+        del model, optimiser
+        gc.collect()
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

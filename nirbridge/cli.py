@@ -468,47 +468,47 @@ def _random_spikes(shapes: dict[str, tuple[int, ...]], steps: int, batch: int, r
 
 def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | None) -> Any:
     """Input spikes from an HDF5 file: one dataset per Input node, named after it (a
-    lone dataset serves a lone Input), time first: ``[T, B, *shape]`` or ``[T, *shape]``."""
-    import h5py
+    lone dataset serves a lone Input), time first: ``[T, B, *shape]`` or ``[T, *shape]``.
+    The file is read through nirbridge's hardened reader, as a ``.nir`` file is."""
     import torch
 
-    from .io import regular_file
+    from .hdf5 import read_datasets
 
-    regular_file(path, path, "an HDF5 file of input spikes")
-    try:
-        with h5py.File(path, "r") as file:
-            links = {k: file.get(k, getlink=True) for k in file}
-            odd = sorted(k for k, link in links.items() if not isinstance(link, h5py.HardLink))
-            if odd:
+    def choose(found: dict[str, tuple[tuple[int, ...], np.dtype[Any]]]) -> list[str]:
+        if "version" in found and found["version"][1].kind in "OSU":
+            raise InputError(
+                f"{path}: is a .nir file (it holds a 'version' string), not input spikes; give an "
+                "HDF5 file with one dataset of [T, B, ...] spikes per Input node, named after it"
+            )
+        if len(shapes) == 1 and len(found) == 1:
+            chosen = {next(iter(shapes)): next(iter(found))}
+        else:
+            missing = [n for n in shapes if n not in found]
+            if missing:
                 raise InputError(
-                    f"{path}: {odd} are soft or external links; store the spikes as datasets in the file"
+                    f"{path}: no dataset for input(s) {missing}; it holds {sorted(found) or 'none'}. "
+                    "Store one dataset per Input node, named after it"
                 )
-            datasets = {k: v for k, v in file.items() if isinstance(v, h5py.Dataset)}
-            if len(shapes) == 1 and len(datasets) == 1:
-                chosen = {next(iter(shapes)): next(iter(datasets.values()))}
-            else:
-                missing = [n for n in shapes if n not in datasets]
-                if missing:
-                    raise InputError(
-                        f"{path}: no dataset for input(s) {missing}; it holds {sorted(datasets) or 'none'}. "
-                        "Store one dataset per Input node, named after it"
-                    )
-                chosen = {n: datasets[n] for n in shapes}
-            scalar = [n for n, d in chosen.items() if d.ndim == 0]
-            if scalar:
-                raise InputError(f"{path}: dataset(s) {scalar} hold a single value; store [T, B, ...] spikes")
-            for name, dataset in chosen.items():
-                rows = dataset.shape[0] if steps is None else min(steps, dataset.shape[0])
-                kind = dataset.dtype
-                converted = 0 if kind in (np.dtype(bool), np.dtype(np.float32)) else 4  # cast to float32
-                check_memory(
-                    (kind.itemsize + converted) * rows * math.prod(dataset.shape[1:]),
-                    f"{path}: dataset {name!r} of shape {dataset.shape}",
-                    "pass --steps to read fewer time steps, or store fewer",
-                )
-            arrays = {n: np.asarray(d[:steps]) for n, d in chosen.items()}
-    except (OSError, RuntimeError, KeyError) as error:
-        raise NirFileError(f"{path}: not an HDF5 file, or a damaged one ({error})") from None
+            chosen = {n: n for n in shapes}
+        for stored in chosen.values():
+            shape, kind = found[stored]
+            if kind.kind not in "biuf":
+                raise InputError(f"{path}: dataset {stored!r} holds {kind}, not numbers or booleans")
+            if not shape:
+                raise InputError(f"{path}: dataset {stored!r} holds a single value; store [T, B, ...] spikes")
+            rows = shape[0] if steps is None else min(steps, shape[0])
+            converted = 0 if kind in (np.dtype(bool), np.dtype(np.float32)) else 4  # cast to float32
+            check_memory(
+                (kind.itemsize + converted) * rows * math.prod(shape[1:]),
+                f"{path}: dataset {stored!r} of shape {shape}",
+                "pass --steps to read fewer time steps, or store fewer",
+            )
+        taken[:] = list(chosen.items())
+        return list(chosen.values())
+
+    taken: list[tuple[str, str]] = []
+    stored = read_datasets(path, "an HDF5 file of input spikes", rows=steps, choose=choose)
+    arrays = {name: stored[key] for name, key in taken}
     inputs = {}
     for name, array in arrays.items():
         shape = shapes[name]
@@ -579,7 +579,7 @@ def _state_from_json(entries: Any, path: str) -> dict[str, Any]:
 
 
 def _read_ir_json(path: str) -> tuple[Any, dict[str, Any]]:
-    from .io import regular_file
+    from .hdf5 import regular_file
 
     regular_file(path, path, "an elasticai IR .json file")
     try:

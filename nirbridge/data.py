@@ -47,14 +47,13 @@ import numpy as np
 from h5py import h5a, h5f, h5g, h5o, h5s, h5t
 
 from .errors import LossyConversionWarning, NirBridgeError, NirFileError, NirFileWarning
+from .hdf5 import Reader, Source
 from .io import (
     PathOrFile,
     _check_compression,
     _check_name,
     _describe,
     _label,
-    _Reader,
-    _Source,
     _write_to,
     _Writer,
 )
@@ -275,7 +274,7 @@ def read_data(path_or_file: PathOrFile) -> nir.NIRGraphData:
     or hostile files.
     """
     where = _describe(path_or_file)
-    opened = _Source(path_or_file, where)
+    opened = Source(path_or_file, where)
     try:
         reader = _DataReader(where, opened)
         root = h5g.open(opened.fid, b"/")
@@ -302,10 +301,10 @@ def read_data(path_or_file: PathOrFile) -> nir.NIRGraphData:
     return data
 
 
-class _DataReader(_Reader):
+class _DataReader(Reader):
     """io's reader, also reading the attributes NIR data keeps on each group."""
 
-    def __init__(self, where: str, source: _Source) -> None:
+    def __init__(self, where: str, source: Source) -> None:
         super().__init__(where, source)
         self.attributes: dict[str, dict[str, Any]] = {}  # group path -> the attributes read
 

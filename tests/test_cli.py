@@ -277,7 +277,7 @@ def test_run_with_random_input_and_bad_input_files(tmp_path):
         "nowhere",
         "--plot",
         "--steps 0: run at least one step",
-        "dataset(s) ['input'] hold a single value",
+        "dataset 'input' holds a single value",
         "compile=True is backend='compile'",
     ]
     assert results[-1].returncode == 0, results[-1].stderr  # eager, TF32 allowed: runs
@@ -674,7 +674,7 @@ def test_run_refuses_seeds_sizes_and_inputs_it_cannot_use(tmp_path, monkeypatch)
     with h5py.File(linked, "w") as f:
         f["input"] = h5py.SoftLink("/input")  # a link to itself
     _one_line_failure(
-        runner.invoke(main, ["run", str(path), "--input", str(linked)]), "soft or external links"
+        runner.invoke(main, ["run", str(path), "--input", str(linked)]), "is a soft or external link"
     )
     big = tmp_path / "big.h5"
     with h5py.File(big, "w") as f:  # declared, never written: HDF5 stores nothing until it is

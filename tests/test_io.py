@@ -634,11 +634,11 @@ def test_large_datasets_are_read_in_parallel_to_the_same_values(tmp_path):
         assert_same(graph, back, order=name != "nir")
         assert back.nodes["n0"].weight.flags.writeable
         # the threaded reader takes deflate (+ shuffle) and leaves lzf to HDF5
-        source = nirbridge.io._Source(str(tmp_path / f"{name}.nir"), name)
+        source = nirbridge.hdf5.Source(str(tmp_path / f"{name}.nir"), name)
         try:
             dataset = h5py.h5o.open(source.fid, b"node/nodes/n0/weight")
             out = np.empty((700, 300))
-            taken = nirbridge.io._Reader(name, source).read_chunks(
+            taken = nirbridge.hdf5.Reader(name, source).read_chunks(
                 dataset, dataset.get_create_plist(), out, "w"
             )
         finally:
@@ -649,11 +649,13 @@ def test_large_datasets_are_read_in_parallel_to_the_same_values(tmp_path):
     # uncompressed, the weight is read straight into the array in parts on several threads
     nirbridge.write(tmp_path / "plain.nir", graph)
     assert_same(graph, nirbridge.read(tmp_path / "plain.nir"))
-    source = nirbridge.io._Source(str(tmp_path / "plain.nir"), "plain")
+    source = nirbridge.hdf5.Source(str(tmp_path / "plain.nir"), "plain")
     try:
         dataset = h5py.h5o.open(source.fid, b"node/nodes/n0/weight")
         out = np.zeros((700, 300))
-        assert nirbridge.io._Reader("plain", source).read_contiguous(dataset, dataset.get_create_plist(), out)
+        assert nirbridge.hdf5.Reader("plain", source).read_contiguous(
+            dataset, dataset.get_create_plist(), out
+        )
     finally:
         source.close()
     np.testing.assert_array_equal(out, graph.nodes["n0"].weight)

@@ -177,7 +177,8 @@ def describe_duplicates(found: Mapping[str, list[tuple[str, str]]]) -> str:
 
 def check_structure(graph: nir.NIRGraph, path: str = "") -> None:
     """Check that the graph can be evaluated: valid edges, an Input, nothing feeding an
-    Input, and node names whose dotted parts are non-empty.
+    Input, and node names whose dotted parts are non-empty and do not start with the
+    name of another node of the same graph (``lif.v`` beside ``lif``).
 
     Recurses into nested graphs. Raises :class:`MissingNodeError` or
     :class:`GraphStructureError`.
@@ -207,11 +208,22 @@ def _check_level(graph: nir.NIRGraph, path: str) -> None:
         )
     for name in nodes:
         sub_path = f"{path}.{name}" if path else name
-        for segment in name.split("."):
+        segments = name.split(".")
+        for segment in segments:
             if not segment:
                 raise GraphStructureError(
                     f"node name {sub_path!r} has an empty segment between dots; "
                     "rename the node so that every dotted part is non-empty"
+                )
+        for end in range(1, len(segments)):
+            owner = ".".join(segments[:end])
+            if owner in nodes:
+                kind = "subgraph" if isinstance(nodes[owner], nir.NIRGraph) else "node"
+                raise GraphStructureError(
+                    f"node name {sub_path!r} starts with {owner!r}, the name of another {kind} of the "
+                    f"same graph{_where(path)}: a dot separates a node from what it holds in records, "
+                    f"states and module paths, so {name!r} would be read as part of {owner!r}. "
+                    f"Rename one of them (say {name.replace('.', '_')!r})"
                 )
 
 

@@ -17,6 +17,7 @@ import keyword
 import math
 import operator
 import os
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -576,29 +577,46 @@ class _Retracer(fx.Tracer):
 _RESERVED = frozenset(dir(fx.GraphModule)) | {"graph", "code", "meta", "training"}
 
 
-def _module_path(name: str) -> str:
+def _module_path(name: str) -> tuple[str, list[str]]:
+    """The module path for node ``name`` (its dotted parts as submodule names) and why
+    each part that could not be used as it is was changed."""
     segments = []
+    reasons = []
     for segment in name.split("."):
-        # fx writes non-identifier names into generated code as getattr(self, "...")
-        cleaned = "".join("_" if c in '"\\' or not c.isprintable() else c for c in segment)
+        # fx writes non-identifier names into generated code as getattr(self, "...") and
+        # identifiers as self.name, which Python reads in NFKC form: "\ufb01" as "fi", the
+        # full-width "\uff46\uff4f\uff52..." as "forward"; such a segment is stored in the
+        # form Python reads
+        normal = unicodedata.normalize("NFKC", segment)
+        cleaned = "".join("_" if c in '"\\' or not c.isprintable() else c for c in normal)
         fixed = f"nir_node_{cleaned}" if keyword.iskeyword(cleaned) else cleaned  # nirtorch's name
         while fixed in _RESERVED or _private(fixed) or keyword.iskeyword(fixed):
             fixed = f"{fixed}_" if not fixed.startswith("_") else f"n{fixed}"
         if fixed != segment:
             why = (
                 "holds quotes, backslashes or unprintable characters"
-                if cleaned != segment
+                if cleaned != normal
+                else f"reads as {normal!r} in Python (NFKC)"
+                if normal != segment
                 else "is a Python keyword"
                 if keyword.iskeyword(segment)
                 else "is an attribute of torch modules"
             )
-            warnings.warn(
-                f"node {name!r}: {segment!r} {why}, so the submodule is called {fixed!r} instead",
-                RepairWarning,
-                stacklevel=4,
-            )
+            reasons.append(f"{segment!r} {why}")
         segments.append(fixed)
-    return ".".join(segments)
+    return ".".join(segments), reasons
+
+
+def _prefixes(path: str) -> list[str]:
+    """The module paths that hold ``path``: ``a`` and ``a.b`` for ``a.b.c``."""
+    parts = path.split(".")
+    return [".".join(parts[:end]) for end in range(1, len(parts))]
+
+
+def _clashes(path: str, taken: set[str], containers: set[str]) -> bool:
+    """Whether a module installed at ``path`` would replace another node's module, hold
+    one, or be put inside one."""
+    return path in taken or path in containers or any(p in taken for p in _prefixes(path))
 
 
 def _private(name: str) -> bool:
@@ -620,8 +638,9 @@ def _install(root: torch.nn.Module, path: str, module: torch.nn.Module) -> None:
 
 
 def _placeholder_name(name: str, taken: set[str]) -> str:
-    # keep only characters Python allows inside identifiers ("²" is alphanumeric but not)
-    candidate = "".join(c if f"_{c}".isidentifier() else "_" for c in name) or "input"
+    # keep only ASCII identifier characters: "²" is alphanumeric but no identifier, and
+    # Python reads "ﬁ" as "fi" (NFKC), which would make two inputs one argument
+    candidate = "".join(c if f"_{c}".isidentifier() and c.isascii() else "_" for c in name) or "input"
     if (
         not candidate.isidentifier()
         or candidate in ("state", "self")
@@ -649,7 +668,8 @@ def _build(
     built: dict[str, torch.nn.Module] = {}
     stateful: dict[str, bool] = {}
     wanted = {n: _module_path(n) for n in the_plan.order if not isinstance(nodes[n], _STRUCTURAL)}
-    used_paths = {p for n, p in wanted.items() if p == n}  # names kept as they are come first
+    used_paths = {p for n, (p, _) in wanted.items() if p == n}  # names kept as they are come first
+    containers = {prefix for p in used_paths for prefix in _prefixes(p)}
     for name in the_plan.order:
         node = nodes[name]
         if isinstance(node, _STRUCTURAL):
@@ -662,11 +682,19 @@ def _build(
         if type(module) is layers.Flatten and shapes.inputs.get(name) is not None:
             module.rank = len(shapes.inputs[name])  # the shape flowing in, not a stale input_type
         built[name] = module
-        module_path = wanted[name]
-        if module_path != name:  # repaired: take a path no other node has
-            while module_path in used_paths:
+        module_path, reasons = wanted[name]
+        if module_path != name:  # repaired: a path that neither is nor holds nor lies in another's
+            if _clashes(module_path, used_paths, containers):
+                module_path = module_path.replace(".", "_")
+            while _clashes(module_path, used_paths, containers):
                 module_path += "_"
             used_paths.add(module_path)
+            containers.update(_prefixes(module_path))
+            warnings.warn(
+                f"node {label!r}: {'; '.join(reasons)}, so its submodule is {module_path!r}",
+                RepairWarning,
+                stacklevel=3,
+            )
         module_paths[name] = module_path
         stateful[name] = _is_stateful(module)
     checked_outputs = _user_outputs(nodes, built, node_map, shapes)

@@ -10,7 +10,7 @@ import nir
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from torch.utils import _pytree as pytree
 
@@ -345,18 +345,133 @@ def test_dotted_names_nest_and_do_not_collide(rng):
             "input": nir.Input(np.array([3])),
             "a.b": nir.Linear(rng.normal(size=(3, 3))),
             "a_b": nir.Linear(rng.normal(size=(3, 3))),
-            "a": nir.Scale(rng.normal(size=3)),
+            "c": nir.Scale(rng.normal(size=3)),
             "output": nir.Output(np.array([3])),
         },
-        edges=[("input", "a.b"), ("a.b", "a_b"), ("a_b", "a"), ("a", "output")],
+        edges=[("input", "a.b"), ("a.b", "a_b"), ("a_b", "c"), ("c", "output")],
         type_check=False,
     )
     gm = nirbridge.nir_to_torch(graph, dtype=torch.float64)
     assert isinstance(gm.a.b, torch.nn.Linear)
     assert isinstance(gm.a_b, torch.nn.Linear)
     assert gm.a.b is not gm.a_b
-    assert {"a.b.weight", "a_b.weight", "a.scale"} <= set(gm.state_dict())
+    assert {"a.b.weight", "a_b.weight", "c.scale"} <= set(gm.state_dict())
     compare_with_reference(gm, graph, drive(rng, (3,)), 3, DT)
+
+
+@pytest.mark.parametrize(
+    ("names", "inner"),
+    [(("lif", "lif.v"), False), (("a", "a.b"), False), (("a", "a.b"), True), (("x.y", "x.y.z"), False)],
+)
+def test_a_dotted_name_that_starts_with_another_nodes_name_is_refused(rng, names, inner):
+    """'a.b' beside a node 'a' was installed inside a's module: beside a subgraph 'a'
+    holding 'b', it replaced that node (wrong output, a weight gone from the state_dict,
+    the wrong graph exported); 'lif.v' beside a LIF 'lif' made record=['lif.v'] pick one."""
+    owner, dotted = names
+    first = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "b": nir.Linear(np.eye(3)),
+            "output": nir.Output(np.array([3])),
+        },
+        edges=[("input", "b"), ("b", "output")],
+    )
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            owner: first if inner else neuron_params(rng, 3, "LIF"),
+            dotted: nir.Linear(rng.normal(size=(3, 3))),
+            "output": nir.Output(np.array([3])),
+        },
+        edges=[("input", owner), (owner, dotted), (dotted, "output")],
+        type_check=False,
+    )
+    with pytest.raises(nirbridge.GraphStructureError, match=f"node name {dotted!r} starts with {owner!r}"):
+        nirbridge.nir_to_torch(graph, dt=DT)
+
+
+ODD_NAMES = [
+    "fi",
+    "\ufb01",  # the ligature: Python reads it as "fi"
+    "forward",
+    "\uff46\uff4f\uff52\uff57\uff41\uff52\uff44",  # full-width "forward"
+    "\uff54\uff52\uff41\uff49\uff4e\uff49\uff4e\uff47",  # full-width "training"
+    "training",
+    "a",
+    "a.b",
+    "lif.v",
+    "v",
+    "if",
+    "0",
+    "x.\u2460",
+    "\x1b[2J",
+    "\u202eevil",
+]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    names=st.lists(
+        st.one_of(st.sampled_from(ODD_NAMES), st.text(st.characters(), min_size=1, max_size=4)),
+        min_size=3,
+        max_size=3,
+        unique=True,
+    ).filter(lambda names: not {"input", "output"} & set(names)),
+    seed=st.integers(0, 2**16),
+)
+def test_no_node_name_changes_which_module_runs(names, seed):
+    """Names of every Unicode category: the graph is refused with a
+    GraphStructureError, or stepping, run, state_dict and export all agree with NIR's
+    equations (NFKC once sent 'fi' and its ligature to one module)."""
+    rng = np.random.default_rng(seed)
+    first, neuron, last = names
+    graph = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            first: nir.Linear(rng.normal(size=(3, 3))),
+            neuron: neuron_params(rng, 3, "LIF"),
+            last: nir.Affine(rng.normal(size=(3, 3)), rng.normal(size=3)),
+            "output": nir.Output(np.array([3])),
+        },
+        edges=[("input", first), (first, neuron), (neuron, last), (last, first), (last, "output")],
+        type_check=False,
+    )
+    segments = {name: name.split(".") for name in names}
+    clash = any(".".join(parts[:end]) in names for parts in segments.values() for end in range(1, len(parts)))
+    if clash or any("" in parts for parts in segments.values()):
+        with pytest.raises(nirbridge.GraphStructureError):
+            nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
+        event("refused")
+        return
+    event("built")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gm = nirbridge.nir_to_torch(graph, dt=DT, dtype=torch.float64)
+    assert all(issubclass(w.category, nirbridge.RepairWarning) for w in caught), [
+        str(w.message) for w in caught
+    ]
+    paths = gm.meta["nirbridge"]["module_paths"]
+    for name, kind in ((first, torch.nn.Linear), (last, torch.nn.Linear)):
+        assert isinstance(gm.get_submodule(paths.get(name, name)), kind), name
+    compare_with_reference(gm, graph, drive(rng, (3,)), 6, DT)
+    x = torch.from_numpy(rng.uniform(-1, 3, (6, 2, 3)))
+    stepped, state = [], None
+    for t in range(6):
+        out, state = gm(x[t], state)
+        stepped.append(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
+        result = nirbridge.run(gm, x, record="all")
+    torch.testing.assert_close(result.output, torch.stack(stepped), rtol=0, atol=1e-12)
+    assert {first, neuron, last} <= set(result.records)
+    weights = {k: v for k, v in gm.state_dict().items() if k.endswith("weight")}
+    assert len(weights) == 2
+    assert {paths.get(first, first) + ".weight", paths.get(last, last) + ".weight"} == set(weights)
+    back = nirbridge.torch_to_nir(gm)
+    assert {first, neuron, last} <= set(back.nodes)
+    np.testing.assert_array_equal(back.nodes[first].weight, graph.nodes[first].weight)
+    np.testing.assert_array_equal(back.nodes[last].weight, graph.nodes[last].weight)
+    assert set(back.edges) == set(graph.edges)
 
 
 def test_state_dict_round_trip_between_two_imports(rng):

@@ -2,21 +2,33 @@
 as subgraphs (input weights before the neuron, recurrent weights on the delayed edge
 back), the sequence modules as their cells' nodes, and one error naming every norse
 neuron that has no NIR form, with the reason. Each export is checked against norse
-itself, spike for spike, through both importers."""
+itself, spike for spike, through both importers. Parameters at their boundaries
+(``tau_syn = dt``, ``r = 0``, ``w_in = 0``, time constants tiny or huge, a cell's ``dt``
+of 0) are checked against the numpy reference of DESIGN.md's equations, or refused
+with an error naming the node and the field."""
 
 from __future__ import annotations
+
+import copy
+import math
+import warnings
 
 import nir
 import norse.torch as nt
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch import nn
+from torch.utils import _pytree as pytree
 
 import nirbridge
+from nirbridge import validate
 from nirbridge.adapters import norse as norse_adapter
 from nirbridge.graph import plan
 from tests.conftest import t
+from tests.reference import Reference
 
 BATCH = 4
 STEPS = 300
@@ -446,3 +458,265 @@ def test_every_norse_neuron_module_is_converted_or_named_as_having_no_nir_form()
         nt.IAF,
         nt.LIFRecurrent,
     }
+
+
+# ----------------------------------------------------------------------------- boundaries
+
+DT = 1e-3
+N = 4
+
+
+def one_neuron_graph(node: nir.NIRNode) -> nir.NIRGraph:
+    n = int(np.size(node.r))
+    return nir.NIRGraph(
+        nodes={"input": nir.Input(np.array([n])), "lif": node, "output": nir.Output(np.array([n]))},
+        edges=[("input", "lif"), ("lif", "output")],
+        type_check=False,
+    )
+
+
+def arrays(shape: tuple[int, ...] = (), **given: object) -> dict[str, np.ndarray]:
+    """float64 arrays of one shape: ``shape`` broadcast with the values'."""
+    values = {k: np.asarray(v, np.float64) for k, v in given.items()}
+    shape = np.broadcast_shapes(shape, *(v.shape for v in values.values()))
+    return {k: np.broadcast_to(v, shape).copy() for k, v in values.items()}
+
+
+def cuba(kind: type, **given: object) -> nir.NIRNode:
+    """A CubaLIF or CubaLI of N neurons: lively defaults, ``given`` fields broadcast."""
+    fields = dict(
+        tau_syn=3 * DT, tau_mem=5 * DT, r=1.5, v_leak=-0.05, w_in=2.0, v_threshold=0.6, v_reset=-0.1
+    )
+    fields.update(given)
+    if kind is nir.CubaLI:
+        del fields["v_threshold"], fields["v_reset"]
+    return kind(**arrays((N,), **fields))
+
+
+def pulses(seed: int, steps: int = 60, n: int = N) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    return t((rng.uniform(0, 1, (steps, BATCH, n)) < 0.6) * rng.uniform(0.2, 1.5, (steps, BATCH, n)))
+
+
+def reference_run(graph: nir.NIRGraph, xs: torch.Tensor) -> dict[str, np.ndarray]:
+    """DESIGN.md's equations in numpy (tests/reference.py): output, ``i`` and ``v`` per step."""
+    ref = Reference(graph, DT)
+    found: dict[str, list[np.ndarray]] = {"output": [], "i": [], "v": []}
+    for x in xs.numpy():
+        found["output"].append(ref.step({"input": x})["output"])
+        i, v = ref.state["lif"]
+        found["i"].append(i)
+        found["v"].append(v)
+    return {k: np.stack(v) for k, v in found.items()}
+
+
+def norse_run(graph: nir.NIRGraph, xs: torch.Tensor, dtype: torch.dtype) -> nirbridge.Run:
+    with warnings.catch_warnings():  # dt/tau_syn = 1 overshoots, r = 0 is silent: meant here
+        warnings.simplefilter("ignore", nirbridge.DtWarning)
+        warnings.simplefilter("ignore", nirbridge.ParameterWarning)
+        warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
+        module = norse_adapter.from_nir(graph, dt=DT, dtype=dtype)
+        assert isinstance(module.get_submodule("lif"), norse_adapter.NorseNeuron)
+        return nirbridge.run(module, xs.to(dtype), record="all")
+
+
+def assert_matches_reference(graph: nir.NIRGraph, xs: torch.Tensor, dtype=torch.float64, tol=1e-9) -> None:
+    run, ref = norse_run(graph, xs, dtype), reference_run(graph, xs)
+    for key in ("i", "v"):
+        got = run.records[f"lif.{key}"].detach().double().numpy()
+        assert np.isfinite(got).all(), f"{key} is not finite at {np.argwhere(~np.isfinite(got))[:3].tolist()}"
+        np.testing.assert_allclose(got, ref[key], rtol=tol, atol=tol, err_msg=key)
+    if dtype == torch.float64 and isinstance(graph.nodes["lif"], nir.CubaLIF):  # spikes
+        np.testing.assert_array_equal(run.output.detach().numpy(), ref["output"])
+    else:
+        np.testing.assert_allclose(run.output.detach().double().numpy(), ref["output"], rtol=tol, atol=tol)
+
+
+BOUNDARIES = {
+    "tau_syn = dt": dict(tau_syn=DT),
+    "tau_syn = dt for some neurons": dict(tau_syn=[DT, 2 * DT, DT, 7 * DT]),
+    "tau_syn a hair above dt": dict(tau_syn=DT * (1 + 1e-10)),
+    "tau_syn a hair below dt": dict(tau_syn=DT * (1 - 1e-10)),
+    "tau_syn = dt/2 (norse's decay -1)": dict(tau_syn=DT / 2),
+    "r = 0": dict(r=0.0),
+    "r = 0 for some neurons": dict(r=[0.0, 1.5, 0.0, 0.7]),
+    "r = 0 and tau_syn = dt": dict(r=0.0, tau_syn=DT),
+    "w_in = 0": dict(w_in=0.0),
+    "w_in = 0 and tau_syn = dt": dict(w_in=0.0, tau_syn=DT),
+    "tau huge": dict(tau_syn=1e30, tau_mem=1e30),
+    "tau_syn huge, r tiny": dict(tau_syn=1e200, r=1e-200, w_in=1e100),
+    "v_threshold = v_reset": dict(v_threshold=0.3, v_reset=0.3),
+}
+
+
+@pytest.mark.parametrize("kind", [nir.CubaLIF, nir.CubaLI], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("case", list(BOUNDARIES))
+def test_cuba_current_and_membrane_at_boundaries_follow_the_equations(kind, case):
+    """norse stores its current as r·(1 − dt/tau_syn) times NIR's i: at r = 0 or
+    tau_syn = dt that is 0, and NIR's i was recorded as 0/0 = NaN."""
+    assert_matches_reference(one_neuron_graph(cuba(kind, **BOUNDARIES[case])), pulses(1))
+
+
+@pytest.mark.parametrize("kind", [nir.CubaLIF, nir.CubaLI], ids=lambda k: k.__name__)
+@pytest.mark.parametrize(
+    "tau_syn", [DT, DT * (1 + 1e-8), DT * (1 + 1e-3)], ids=["= dt", "dt(1+1e-8)", "dt(1+1e-3)"]
+)
+def test_cuba_current_in_float32_near_tau_syn_equal_dt(kind, tau_syn):
+    """In float32, dt·(1/tau_syn) rounds to 1 for tau_syn within ~1e-7 of dt, and a
+    decay of 1e-3 leaves the current divided out with 2000 times float32's rounding."""
+    assert_matches_reference(
+        one_neuron_graph(cuba(kind, tau_syn=tau_syn)), pulses(2), dtype=torch.float32, tol=2e-5
+    )
+
+
+TAUS = st.one_of(
+    st.sampled_from([DT, DT * (1 + 1e-12), DT * (1 - 1e-12), DT / 2, 1e30]),
+    st.floats(DT / 2, 50 * DT),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from([nir.CubaLIF, nir.CubaLI]),
+    tau_syn=st.lists(TAUS, min_size=N, max_size=N),
+    tau_mem=st.lists(st.one_of(st.just(1e30), st.floats(DT, 50 * DT)), min_size=N, max_size=N),
+    r=st.lists(st.one_of(st.just(0.0), st.floats(0.05, 5.0)), min_size=N, max_size=N),
+    # subnormal w_in: interpret._check_time_constants warns of a numpy overflow (reported)
+    w_in=st.lists(
+        st.one_of(st.just(0.0), st.floats(-3.0, 3.0, allow_subnormal=False)), min_size=N, max_size=N
+    ),
+    reset_at_threshold=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_cuba_nodes_with_parameters_at_their_boundaries_follow_the_equations(
+    kind, tau_syn, tau_mem, r, w_in, reset_at_threshold, seed
+):
+    threshold = np.linspace(0.3, 0.9, N)
+    node = cuba(
+        kind,
+        tau_syn=tau_syn,
+        tau_mem=tau_mem,
+        r=r,
+        w_in=w_in,
+        v_threshold=threshold,
+        v_reset=threshold if reset_at_threshold else -0.1,
+    )
+    assert_matches_reference(one_neuron_graph(node), pulses(seed, steps=25))
+
+
+def cuba_cell_node(kind: type) -> nir.NIRNode:
+    return cuba(kind, tau_syn=[DT, 2 * DT, DT, DT], r=[1.5, 0.0, 0.7, 1.0])
+
+
+@pytest.mark.parametrize("kind", [nir.CubaLIF, nir.CubaLI], ids=lambda k: k.__name__)
+def test_a_neuron_carrying_nirs_current_still_steps_as_the_norse_cell_does(kind):
+    """Where norse's current cannot give NIR's i back, the state carries i beside it;
+    outputs, v and norse's own current stay those of the norse cell, bit for bit."""
+    neuron = norse_adapter.NorseNeuron(cuba_cell_node(kind), DT)
+    cell = neuron.cell
+    xs = pulses(3, steps=30)
+    ours, theirs = None, cell.state_fallback(xs[0])
+    carried = norse_adapter.LIFNirCurrentState if kind is nir.CubaLIF else norse_adapter.LINirCurrentState
+    for x in xs:
+        out, ours_state = neuron(x, ours)
+        norse_out, theirs = cell.activation(x * neuron._scale, theirs, cell.p, cell.dt)
+        assert type(ours_state) is carried
+        assert torch.equal(out, norse_out)
+        assert torch.equal(ours_state.v, theirs.v) and torch.equal(ours_state.i, theirs.i)
+        ours = ours_state
+    # a plain state, as pytree and deepcopy see it, and norse's step function takes it
+    detached = pytree.tree_map(torch.Tensor.detach, ours)
+    assert type(detached) is carried and torch.equal(copy.deepcopy(detached).i_nir, ours.i_nir)
+    cell.activation(xs[0], ours, cell.p, cell.dt)
+
+
+def test_a_norse_state_without_nirs_current_starts_it_from_norses():
+    """tau_syn = dt: NIR's i is w_in·x, whatever came before, so a state norse's own cell
+    returned (no i_nir) still gives the exact i at the next step."""
+    node = cuba(nir.CubaLIF, tau_syn=DT)
+    neuron = norse_adapter.NorseNeuron(node, DT)
+    x = pulses(4, steps=1)[0]
+    start = nt.LIFFeedForwardState(v=torch.full((BATCH, N), 0.1), i=torch.full((BATCH, N), 2.0))
+    _, state = neuron(x, start)
+    assert torch.equal(neuron.nir_state(state)["i"], torch.from_numpy(node.w_in) * x)
+
+
+def test_a_neuron_whose_current_norse_can_read_back_keeps_norses_state():
+    _, state = norse_adapter.NorseNeuron(cuba(nir.CubaLIF), DT)(pulses(5, steps=1)[0])
+    assert type(state) is nt.LIFFeedForwardState
+
+
+OVERFLOWS = {
+    "LIF tau": (nir.LIF(**arrays(tau=[DT, 1e-39], r=1.0, v_leak=0.0, v_threshold=1.0, v_reset=0.0)), DT),
+    "CubaLIF tau_syn": (cuba(nir.CubaLIF, tau_syn=[DT, 1e-39, DT, DT]), DT),
+    "CubaLI tau_mem": (cuba(nir.CubaLI, tau_mem=[DT, 1e-39, DT, DT]), DT),
+    "IF r·dt": (nir.IF(**arrays(r=[1.0, 3e38], v_threshold=1.0, v_reset=0.0)), 10.0),
+}
+
+
+@pytest.mark.parametrize("case", list(OVERFLOWS))
+def test_parameters_norse_cannot_hold_in_the_dtype_are_refused_naming_node_and_field(case):
+    """norse takes 1/tau: a tau of 1e-39 is a legal float32, its inverse is not, and
+    the cell stepped to inf·0 = NaN where nirbridge's own neurons stay finite."""
+    node, dt = OVERFLOWS[case]
+    words = {
+        "LIF tau": ("tau", "1/tau", "LIFBoxCell"),
+        "CubaLIF tau_syn": ("tau_syn", "1/tau_syn", "LIFCell"),
+        "CubaLI tau_mem": ("tau_mem", "1/tau_mem", "LICell"),
+        "IF r·dt": ("r", "r·dt", "IAFCell"),
+    }[case]
+    graph = one_neuron_graph(node)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.DtWarning)  # dt/tau = 1e36: the point here
+        with pytest.raises(nirbridge.NodeConversionError) as info:
+            norse_adapter.from_nir(graph, dt=dt, dtype=torch.float32)
+        message = str(info.value)
+        assert "node 'lif'" in message and "neuron 1" in message and "float32" in message
+        assert "dtype=torch.float64" in message
+        assert all(word in message for word in words), message
+        # direct use: the same check when the module is cast, named by its field
+        module = norse_adapter.from_nir(graph, dt=dt, dtype=torch.float64)
+        with pytest.raises(nirbridge.ParameterError, match=words[0]):
+            module.float()
+
+
+@pytest.mark.parametrize("bad_dt", [0.0, -1e-3, math.nan, math.inf])
+@pytest.mark.parametrize(
+    "cell",
+    [nt.LIFBoxCell, nt.LIFCell, nt.LIBoxCell, nt.LICell, nt.IAFCell],
+    ids=lambda c: c.__name__,
+)
+def test_a_cell_whose_dt_is_not_a_time_step_is_refused_naming_it(cell, bad_dt):
+    """The NIR parameters derive from the cell's dt (w_in = tau_syn/dt, an IF's
+    r = 1/dt) and the graph records it: a ZeroDivisionError or w_in = inf before."""
+    model = nt.SequentialState(nn.Linear(3, 3), cell(dt=bad_dt))
+    with pytest.raises(nirbridge.NodeConversionError, match=rf"node '1' \({cell.__name__}\).*dt") as info:
+        norse_adapter.to_nir(model)
+    assert isinstance(info.value.__cause__, nirbridge.ParameterError)
+
+
+REFUSED_CELLS = {
+    "NaN threshold": lambda: nt.LIFBoxCell(nt.LIFBoxParameters(v_th=t(math.nan))),
+    "NaN threshold (IAF)": lambda: nt.IAFCell(nt.IAFParameters(v_th=t([0.5, math.nan, 0.5]))),
+    "negative tau_mem": lambda: nt.LIFCell(nt.LIFParameters(tau_mem_inv=t([100.0, -50.0, 100.0]))),
+    "negative tau (LI)": lambda: nt.LIBoxCell(nt.LIBoxParameters(tau_mem_inv=t(-100.0))),
+    "tau_syn_inv = 0: tau_syn infinite": lambda: nt.LICell(nt.LIParameters(tau_syn_inv=t(0.0))),
+    "infinite leak": lambda: nt.LIFCell(nt.LIFParameters(v_leak=t(math.inf))),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_CELLS))
+def test_to_nir_warns_of_what_nir_to_torch_refuses_as_torch_to_nir_does(case):
+    model = nt.SequentialState(nn.Linear(3, 3), REFUSED_CELLS[case]())
+    with pytest.warns(nirbridge.ParameterWarning, match="nir_to_torch refuses") as caught:
+        graph = norse_adapter.to_nir(model)
+    refused = validate.refused(graph)
+    assert refused and all(problem in str(caught[0].message) for problem in refused)
+    assert "node '1'" in refused[0] or "node '1'" in refused[-1]
+    # torch_to_nir with the norse map gives the same list
+    with pytest.warns(nirbridge.ParameterWarning) as direct:
+        nirbridge.torch_to_nir(model, norse_adapter.TO_NIR)
+    listed = str(direct[0].message).split("diverge?): ", 1)[1]
+    assert listed == str(caught[0].message).split("diverge?): ", 1)[1]
+    with pytest.raises(nirbridge.ParameterError):  # and the import does refuse them
+        norse_adapter.from_nir(graph)

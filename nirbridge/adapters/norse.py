@@ -41,18 +41,27 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NamedTuple, NoReturn
 
 import nir
 import numpy as np
 import torch
 from torch import nn
 
-from .. import trace
+from .. import trace, validate
 from ..diagnose import _unsupported
-from ..errors import LossyConversionWarning, NirBridgeError, NodeConversionError, UnsupportedModuleError
+from ..errors import (
+    LossyConversionWarning,
+    NirBridgeError,
+    NodeConversionError,
+    ParameterError,
+    ParameterWarning,
+    UnsupportedModuleError,
+)
 from ..maps import _key_name, _lookup_module
 from ..native import NativeSimulator, register
+from ..neurons.modules import check_dt
+from ..validate import _where
 from ._common import SimulatorNeuron, broadcast, build, export, uniform
 from ._optional import require
 
@@ -64,6 +73,8 @@ __all__ = [
     "NO_NIR_FORM",
     "SEQUENCE_NOTE",
     "TO_NIR",
+    "LIFNirCurrentState",
+    "LINirCurrentState",
     "NoNirForm",
     "NorseNeuron",
     "from_nir",
@@ -75,8 +86,16 @@ def _inverse(value: Any) -> torch.Tensor:
     return 1.0 / torch.as_tensor(value, dtype=torch.float64)
 
 
+def _cell_dt(cell: Any) -> float:
+    """The cell's own time step, which the NIR parameters are derived from (``w_in =
+    tau_syn/dt``, an IF's ``r = 1/dt``) and the graph records: a positive, finite number
+    of seconds, else a :class:`nirbridge.ParameterError` naming the cell's ``dt``."""
+    return check_dt(cell.dt, f"{type(cell).__name__}(dt={cell.dt!r})")
+
+
 def lifbox_to_nir(cell: Any) -> nir.LIF:
     p = cell.p
+    _cell_dt(cell)
     return nir.LIF(
         **broadcast(
             tau=_inverse(p.tau_mem_inv), r=1.0, v_leak=p.v_leak, v_threshold=p.v_th, v_reset=p.v_reset
@@ -95,13 +114,14 @@ def lif_to_nir(cell: Any) -> nir.CubaLIF:
             v_leak=p.v_leak,
             v_threshold=p.v_th,
             v_reset=p.v_reset,
-            w_in=tau_syn / cell.dt,
+            w_in=tau_syn / _cell_dt(cell),
         )
     )
 
 
 def libox_to_nir(cell: Any) -> nir.LI:
     p = cell.p
+    _cell_dt(cell)
     return nir.LI(**broadcast(tau=_inverse(p.tau_mem_inv), r=1.0, v_leak=p.v_leak))
 
 
@@ -110,13 +130,18 @@ def li_to_nir(cell: Any) -> nir.CubaLI:
     tau_syn = _inverse(p.tau_syn_inv)
     return nir.CubaLI(
         **broadcast(
-            tau_syn=tau_syn, tau_mem=_inverse(p.tau_mem_inv), r=1.0, v_leak=p.v_leak, w_in=tau_syn / cell.dt
+            tau_syn=tau_syn,
+            tau_mem=_inverse(p.tau_mem_inv),
+            r=1.0,
+            v_leak=p.v_leak,
+            w_in=tau_syn / _cell_dt(cell),
         )
     )
 
 
 def iaf_to_nir(cell: Any) -> nir.IF:
     p = cell.p
+    dt = _cell_dt(cell)
     if bool((torch.as_tensor(p.v_reset) != 0).any()):
         warnings.warn(
             "norse starts v at v_reset, NIR's IF at 0; with a non-zero v_reset the "
@@ -124,7 +149,7 @@ def iaf_to_nir(cell: Any) -> nir.IF:
             LossyConversionWarning,
             stacklevel=2,
         )
-    return nir.IF(**broadcast(r=1.0 / cell.dt, v_threshold=p.v_th, v_reset=p.v_reset))
+    return nir.IF(**broadcast(r=1.0 / dt, v_threshold=p.v_th, v_reset=p.v_reset))
 
 
 # norse's recurrent cells and LILinearCell weigh their input inside the step function:
@@ -269,6 +294,32 @@ def _uniform_as_scalar(value: torch.Tensor) -> torch.Tensor:
     return value.reshape(-1)[0].clone() if value.numel() > 1 and uniform(value) else value
 
 
+class LIFNirCurrentState(NamedTuple):
+    """norse's ``LIFFeedForwardState`` (``v``, ``i``) with NIR's synaptic current
+    ``i_nir`` beside it: the state of a CubaLIF :class:`NorseNeuron` whose norse
+    current cannot give NIR's back (``r = 0`` or ``tau_syn`` near ``dt``; see
+    :meth:`NorseNeuron.nir_state`). norse's step functions read ``v`` and ``i`` only."""
+
+    v: torch.Tensor
+    i: torch.Tensor
+    i_nir: torch.Tensor
+
+
+class LINirCurrentState(NamedTuple):
+    """norse's ``LIState`` (``v``, ``i``) with NIR's synaptic current ``i_nir`` beside
+    it, for a CubaLI :class:`NorseNeuron`, as :class:`LIFNirCurrentState`."""
+
+    v: torch.Tensor
+    i: torch.Tensor
+    i_nir: torch.Tensor
+
+
+_WEAK_DECAY = 1 / 16
+"""Below this ``|1 − dt/tau_syn|``, NIR's current divided out of norse's (which holds it
+times ``r·(1 − dt/tau_syn)``) loses more than 5 bits to cancellation; such neurons carry
+NIR's current in their state instead."""
+
+
 class NorseNeuron(SimulatorNeuron):
     """A norse cell running a NIR neuron node: ``out, state = m(x, state)``.
 
@@ -283,6 +334,14 @@ class NorseNeuron(SimulatorNeuron):
     computed once rather than at every step and terms that add ``v_leak = 0`` or
     ``z·v_reset = 0`` are left out; outputs, states and gradients are those of
     ``cell.activation`` (tested bit for bit).
+
+    norse's current holds NIR's ``i`` times ``r·(1 − dt/tau_syn)``. Where that factor is
+    0 or near it for some neuron (``r = 0``, ``tau_syn = dt``), NIR's ``i`` cannot be
+    read back from it, so the state also carries ``i`` stepped by NIR's own equation
+    (:class:`LIFNirCurrentState`, :class:`LINirCurrentState`); outputs, ``v`` and norse's
+    ``i`` are unchanged. Parameters whose norse form overflows the module's dtype
+    (``1/tau`` for a tiny ``tau``, ``dt/tau``, the input scale) raise
+    :class:`nirbridge.ParameterError` naming the field and the neurons.
     """
 
     _CELLS: ClassVar[dict[type, str]] = {
@@ -340,19 +399,78 @@ class NorseNeuron(SimulatorNeuron):
             self._minus_dt_tau_syn_inv = -cell.dt * p.tau_syn_inv
         self._v_leak = None if self.nir_type is nir.IF or _all_zero(p.v_leak) else p.v_leak
         self._v_reset = None if self.nir_type in (nir.LI, nir.CubaLI) or _all_zero(p.v_reset) else p.v_reset
+        self._check_norse_form(p, scale)
+        self._carries_i = False
+        if self.nir_type in (nir.CubaLIF, nir.CubaLI):
+            # norse stores its current after the decay: r·(1 − dt/tau_syn) times NIR's i
+            decay = 1.0 + self._minus_dt_tau_syn_inv
+            self._divisor = self.r * decay
+            tiny = torch.finfo(self._divisor.dtype).tiny
+            readable = (self._divisor.abs() >= tiny) & (decay.abs() >= _WEAK_DECAY)
+            self._carries_i = not bool(readable.all())
+            self._dt_tau_syn = self.dt / self.tau_syn  # NIR's factor, for the carried i
+
+    def _check_norse_form(self, p: Any, scale: torch.Tensor) -> None:
+        """Raise :class:`ParameterError` where a finite NIR parameter becomes infinite in
+        the form norse computes with (its inverse time constants, ``dt·tau_inv``, the
+        input scale) at this module's dtype: norse would step to NaN there."""
+        cell = self._CELLS[self.nir_type]
+        derived: list[tuple[tuple[str, ...], str, Any]] = [(("r",), "r·dt", scale)]
+        if self.nir_type in (nir.CubaLIF, nir.CubaLI):
+            derived = [
+                (("tau_syn",), f"1/tau_syn ({cell}'s tau_syn_inv)", p.tau_syn_inv),
+                (("tau_syn",), "dt/tau_syn", self._minus_dt_tau_syn_inv),
+                (("tau_mem",), f"1/tau_mem ({cell}'s tau_mem_inv)", p.tau_mem_inv),
+                (("tau_mem",), "dt/tau_mem", self._dt_tau_mem_inv),
+                (("r", "w_in", "tau_syn"), "the input scale r·w_in·dt/tau_syn", scale),
+            ]
+        elif self.nir_type is not nir.IF:
+            derived = [
+                (("tau",), f"1/tau ({cell}'s tau_mem_inv)", p.tau_mem_inv),
+                (("tau",), "dt/tau", self._dt_tau_mem_inv),
+            ]
+        for fields, what, value in derived:
+            given = torch.stack(torch.broadcast_tensors(*(torch.isfinite(getattr(self, f)) for f in fields)))
+            bad = given.all(0) & ~torch.isfinite(torch.as_tensor(value))
+            if not bool(bad.any()):
+                continue
+            bad = bad.expand(self.r.shape).cpu().numpy()
+            first = fields[0]
+            example = float(getattr(self, first).expand(self.r.shape)[torch.from_numpy(bad)][0])
+            dtype = self.r.dtype
+            wider = "build with dtype=torch.float64 (from_nir(..., dtype=torch.float64)), or " * (
+                dtype != torch.float64
+            )
+            raise ParameterError(
+                f"{self.nir_type.__name__} run by norse's {cell}: {what} is infinite in {dtype} at "
+                f"{_where(bad, bad.shape)} ({first} = {example:.4g}), so norse would step to NaN "
+                f"there; {wider}give {', '.join(fields)} values whose {what} is finite (dt = {self.dt:g} s)"
+            )
+
+    def _current_from_norse(self, i: torch.Tensor) -> torch.Tensor:
+        """NIR's ``i`` from norse's stored current (``r·(1 − dt/tau_syn)`` times it); 0
+        where that factor is 0 (the current is then 0, and NIR's ``i`` cannot be known)."""
+        if not self._carries_i:
+            return i / self._divisor
+        held = self._divisor != 0
+        safe = torch.where(held, self._divisor, torch.ones_like(self._divisor))
+        return torch.where(held, i / safe, torch.zeros_like(i))
 
     def nir_state(self, state: Any) -> dict[str, torch.Tensor]:
         """The state in NIR's variables: ``v`` as norse keeps it and, for CubaLIF and
         CubaLI, ``i``. norse adds the input to its current before the membrane update
         and stores it decayed, ``r·(1 − dt/τ_syn)`` times NIR's ``i``; this divides
-        that out (equal up to rounding)."""
+        that out (equal up to rounding). Where that factor is 0 or near it, the state
+        carries NIR's ``i`` itself (``i_nir``), which is given instead."""
         if state is None:
             return {}
         if self.nir_type in (nir.CubaLIF, nir.CubaLI):
-            return {"i": state.i / (self.r * (1.0 + self._minus_dt_tau_syn_inv)), "v": state.v}
+            current = getattr(state, "i_nir", None)
+            return {"i": self._current_from_norse(state.i) if current is None else current, "v": state.v}
         return {"v": state.v}
 
     def _step(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        given = x
         if self._scale is not None:
             x = x * self._scale
         if state is None:
@@ -360,7 +478,15 @@ class NorseNeuron(SimulatorNeuron):
                 state = nt.IAFFeedForwardState(v=x.new_zeros(torch.broadcast_shapes(x.shape, self.r.shape)))
             else:
                 state = self.cell.state_fallback(x)
-        return self._UPDATES[self.nir_type](self, x, state)
+        out, new = self._UPDATES[self.nir_type](self, x, state)
+        if self._carries_i:  # NIR's i, by NIR's equation: norse's current cannot give it back
+            i = getattr(state, "i_nir", None)
+            if i is None:  # a fresh state, or one without it (norse's own)
+                i = self._current_from_norse(state.i)
+            i = i + self._dt_tau_syn * (-i + self.w_in * given)
+            kind = LIFNirCurrentState if self.nir_type is nir.CubaLIF else LINirCurrentState
+            new = kind(new.v, new.i, i)
+        return out, new
 
     # The updates below are norse 1.1's step functions for dense input
     # (lif_box_feed_forward_step, li_box_feed_forward_step, lif_feed_forward_step,
@@ -506,9 +632,14 @@ def to_nir(
         UnsupportedModuleError: naming every module the maps lack and every norse
             module with no NIR form (:data:`NO_NIR_FORM`, with the reason), with where
             each occurs.
+        NodeConversionError: a cell whose ``dt`` is not a positive, finite number.
+
+    Values :func:`nirbridge.nir_to_torch` would refuse (a NaN threshold, a time constant
+    below 0, ``tau_inv = 0``'s infinite τ) are exported as they are, with one
+    :class:`nirbridge.ParameterWarning` naming them, as :func:`nirbridge.torch_to_nir` does.
     """
     try:
-        return export(module, TO_NIR, module_map, example_input, dt, None, skip)
+        graph = export(module, TO_NIR, module_map, example_input, dt, None, skip)
     except (UnsupportedModuleError, NodeConversionError) as error:
         if isinstance(error, NodeConversionError) and not isinstance(error.__cause__, _NoNirFormError):
             raise
@@ -522,6 +653,15 @@ def to_nir(
         others = error.offenders if isinstance(error, UnsupportedModuleError) else {}
         supported = {k: v for k, v in merged.items() if not isinstance(v, NoNirForm)}
         raise _unsupported({**others, **no_form}, supported) from None
+    refused = validate.refused(graph)  # torch_to_nir's check and warning
+    if refused:
+        warnings.warn(
+            "norse to_nir: the model holds values nir_to_torch refuses (exported as they are; did "
+            "training diverge?): " + "; ".join(refused),
+            ParameterWarning,
+            stacklevel=2,
+        )
+    return graph
 
 
 def _no_nir_form_offenders(module: nn.Module, the_map: Mapping[Any, Any]) -> dict[str, list[str]]:
@@ -556,8 +696,23 @@ def from_nir(
     ``dt`` defaults to ``graph.metadata["dt"]``, then 1e-4 (as :func:`nirbridge.nir_to_torch`).
     ``node_map`` entries win over :data:`FROM_NIR`. ``allow_negative_tau`` as in
     :func:`nirbridge.nir_to_torch`.
+
+    Raises:
+        NodeConversionError: naming the node, where a parameter's norse form is infinite
+            in ``dtype`` (``1/tau`` of a tiny ``tau``, ``dt/tau``, the input scale); the
+            message names the field and the neurons (see :class:`NorseNeuron`).
     """
-    return build(graph_or_path, FROM_NIR, node_map, dt, device, dtype, allow_negative_tau)
+    target = torch.get_default_dtype() if dtype is None else dtype
+    the_map = dict(FROM_NIR)
+    if isinstance(target, torch.dtype) and target.is_floating_point:  # else nir_to_torch says why
+
+        def in_target_dtype(node: nir.NIRNode, dt: float) -> NorseNeuron:
+            # built at the dtype it will run in, so that a parameter norse cannot hold
+            # there is refused while nir_to_torch still knows the node's name
+            return NorseNeuron(node, dt).to(target)
+
+        the_map = {k: in_target_dtype if v is _neuron_from_nir else v for k, v in the_map.items()}
+    return build(graph_or_path, the_map, node_map, dt, device, dtype, allow_negative_tau)
 
 
 # ----------------------------------------------------------------------------- native runs

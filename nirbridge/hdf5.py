@@ -103,7 +103,10 @@ class Reader:
             if only is not None and name not in only:
                 continue
             if link_type != h5l.TYPE_HARD:
-                raise self.fail(sub, "is a soft or external link; nirbridge follows only hard links to groups and datasets")
+                raise self.fail(
+                    sub,
+                    "is a soft or external link; nirbridge follows only hard links to groups and datasets",
+                )
             yield name, sub, h5o.open(gid, raw_name)
 
     def dataset(self, dsid: h5d.DatasetID, path: str, rows: int | None = None) -> Any:

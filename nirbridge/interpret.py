@@ -372,9 +372,9 @@ def _check_time_constants(graph: nir.NIRNode, dt: float) -> None:
         problems.setdefault(f"{name!r} ({type(node).__name__})", []).append(f"dt/{tau_field} = {ratio:.3g}")
         # exporters that scale by dt store tau/dt (snntorch: r = tau_mem/dt, w_in = tau_syn/dt)
         scale = np.asarray(getattr(node, scale_field, 1.0), dtype=np.float64)
-        meant = np.broadcast_to(
-            tau / np.where(scale == 0, np.nan, scale), np.broadcast_shapes(tau.shape, scale.shape)
-        )
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # a subnormal r overflows
+            unscaled = tau / np.where(scale == 0, np.nan, scale)
+        meant = np.broadcast_to(unscaled, np.broadcast_shapes(tau.shape, scale.shape))
         if meant.size and np.all(np.isfinite(meant)) and np.ptp(meant) <= 1e-6 * abs(meant.flat[0]):
             if float(meant.flat[0]) < float(tau.min()) and not math.isclose(float(meant.flat[0]), dt):
                 likely.add(float(np.float32(meant.flat[0])))

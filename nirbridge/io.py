@@ -60,7 +60,6 @@ from .errors import (
     NirBridgeError,
     NirFileError,
     NirFileWarning,
-    ParameterWarning,
     RepairWarning,
     UnknownNodeTypeError,
 )
@@ -648,14 +647,7 @@ def write(path_or_file: PathOrFile, graph: nir.NIRNode, *, compression: str | in
     lossy = _write_to(path_or_file, lambda fid: _dump(fid, graph, compression), "write")
     for message in lossy:
         warnings.warn(message, LossyConversionWarning, stacklevel=2)
-    refused = validate.refused(graph)
-    if refused:
-        warnings.warn(
-            f"write: {_describe(path_or_file)} holds values nir_to_torch refuses (written as given): "
-            + "; ".join(refused),
-            ParameterWarning,
-            stacklevel=2,
-        )
+    validate.warn_refused(graph, f"write: {_describe(path_or_file)}", done="written as given")
 
 
 _Dump = Callable[[h5f.FileID], list[str]]  # fills an open, empty HDF5 file; returns lossy conversions

@@ -61,7 +61,6 @@ from .errors import (
     NirBridgeError,
     NodeConversionError,
     ParameterError,
-    ParameterWarning,
     RepairWarning,
     ShapeMismatchError,
     TraceError,
@@ -269,14 +268,7 @@ def torch_to_nir(
                 f"nir's type check rejects the exported graph: {error}. nirbridge's own shape "
                 "inference accepted it; pass type_check=False to export without nir's check."
             ) from None
-    refused = validate.refused(graph)
-    if refused:
-        warnings.warn(
-            "torch_to_nir: the model holds values nir_to_torch refuses (exported as they are; did "
-            "training diverge?): " + "; ".join(refused),
-            ParameterWarning,
-            stacklevel=2,
-        )
+    validate.warn_refused(graph, "torch_to_nir: the model")
     return graph
 
 

@@ -348,11 +348,28 @@ def refused(graph: Any) -> list[str]:
 
     metadata = getattr(graph, "metadata", None)
     recorded = metadata.get("dt") if isinstance(metadata, dict) else None
+    unusable = []
     try:
         dt = check_dt(recorded) if recorded is not None else DEFAULT_DT
     except ParameterError:
-        dt = DEFAULT_DT  # an unusable dt: import names it; the values are checked at the default
-    return review(graph, dt, suspicious=False)
+        dt = DEFAULT_DT  # the values are checked at the default
+        unusable = [f"metadata dt = {recorded!r} is not a positive, finite time step in seconds"]
+    return unusable + review(graph, dt, suspicious=False)
+
+
+def warn_refused(graph: Any, caller: str, done: str = "exported as they are", stacklevel: int = 3) -> None:
+    """Warn (:class:`ParameterWarning`) of what :func:`refused` finds, once, after
+    ``caller`` ("torch_to_nir: the model"): what every export and
+    :func:`nirbridge.write` say of values that :func:`nirbridge.nir_to_torch` would
+    refuse."""
+    found = refused(graph)
+    if found:
+        warnings.warn(
+            f"{caller} holds values nir_to_torch refuses ({done}; did training diverge?): "
+            + "; ".join(found),
+            ParameterWarning,
+            stacklevel=stacklevel,
+        )
 
 
 def _rebuilt(graph: Any, fixes: dict[int, Any]) -> Any:

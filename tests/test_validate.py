@@ -518,3 +518,41 @@ def test_negative_time_constants_of_several_nodes_are_one_message():
     assert (
         "pass nir_to_torch(..., allow_negative_tau=True), --allow-negative-tau on the command line" in message
     )
+
+
+def test_every_export_and_write_warn_of_values_an_import_refuses(tmp_path):
+    """norse's, snntorch's and spikingjelly's to_nir exported NaN thresholds silently,
+    where torch_to_nir warned; write() stored a NaN dt without a word."""
+    import snntorch
+    from spikingjelly.activation_based import neuron as sj_neuron
+
+    from nirbridge.adapters import norse as norse_adapter
+    from nirbridge.adapters import snntorch as snntorch_adapter
+    from nirbridge.adapters import spikingjelly as sj_adapter
+
+    x = torch.zeros(1, 3)
+    snn = torch.nn.Sequential(
+        torch.nn.Linear(3, 3), snntorch.Leaky(beta=0.9, threshold=float("nan"), reset_mechanism="zero")
+    )
+    with pytest.warns(
+        nirbridge.ParameterWarning, match=r"snntorch to_nir: the model holds values .*v_threshold is NaN"
+    ):
+        snntorch_adapter.to_nir(snn, x)
+    sj = torch.nn.Sequential(torch.nn.Linear(3, 3), sj_neuron.LIFNode(tau=2.0, v_threshold=float("nan")))
+    with pytest.warns(
+        nirbridge.ParameterWarning, match=r"spikingjelly to_nir: the model holds values .*v_threshold is NaN"
+    ):
+        sj_adapter.to_nir(sj, x)
+    import norse.torch as norse_torch
+
+    cell = norse_torch.LIFBoxCell(norse_torch.LIFBoxParameters(v_th=torch.tensor(float("nan"))))
+    with pytest.warns(
+        nirbridge.ParameterWarning, match=r"norse to_nir: the model holds values .*v_threshold is NaN"
+    ):
+        norse_adapter.to_nir(torch.nn.Sequential(torch.nn.Linear(3, 3), cell), x)
+    graph = nir.NIRGraph.from_list(nir.Input(np.array([3])), nir.Linear(np.eye(3)), nir.Output(np.array([3])))
+    graph.metadata["dt"] = float("nan")
+    with pytest.warns(
+        nirbridge.ParameterWarning, match=r"metadata dt = nan is not a positive, finite time step"
+    ):
+        nirbridge.write(tmp_path / "nan-dt.nir", graph)

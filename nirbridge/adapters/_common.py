@@ -10,7 +10,7 @@ import nir
 import torch
 from torch import nn
 
-from .. import trace
+from .. import trace, validate
 from ..errors import ParameterError
 from ..interpret import nir_to_torch
 from ..neurons.simulator import SimulatorNeuron, broadcast, uniform
@@ -26,13 +26,18 @@ def export(
     dt: float | None,
     stateful: Callable[[nn.Module], bool] | None = None,
     skip: Iterable[Any] | None = (),
+    caller: str = "",
 ) -> nir.NIRGraph:
     """An adapter's ``to_nir``: its map over nirbridge's defaults, the user's on top,
-    ``skip`` and ``None`` entries left out (as :func:`nirbridge.torch_to_nir` does)."""
+    ``skip`` and ``None`` entries left out, and values that
+    :func:`nirbridge.nir_to_torch` would refuse warned of (as
+    :func:`nirbridge.torch_to_nir` does); ``caller`` names the simulator."""
     if module_map is not None and not isinstance(module_map, Mapping):
         trace.merge_maps(module_map)  # raises, saying what to pass instead
     merged = trace.merge_maps({**to_nir_map, **(module_map or {})}, skip=skip)
-    return trace.export(module, merged, example_input=example_input, dt=dt, stateful=stateful)
+    graph = trace.export(module, merged, example_input=example_input, dt=dt, stateful=stateful)
+    validate.warn_refused(graph, f"{caller} to_nir: the model", stacklevel=4)
+    return graph
 
 
 def build(

@@ -48,14 +48,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import trace, validate
+from .. import trace
 from ..diagnose import _unsupported
 from ..errors import (
     LossyConversionWarning,
     NirBridgeError,
     NodeConversionError,
     ParameterError,
-    ParameterWarning,
     UnsupportedModuleError,
 )
 from ..maps import _key_name, _lookup_module
@@ -639,7 +638,7 @@ def to_nir(
     :class:`nirbridge.ParameterWarning` naming them, as :func:`nirbridge.torch_to_nir` does.
     """
     try:
-        graph = export(module, TO_NIR, module_map, example_input, dt, None, skip)
+        graph = export(module, TO_NIR, module_map, example_input, dt, None, skip, "norse")
     except (UnsupportedModuleError, NodeConversionError) as error:
         if isinstance(error, NodeConversionError) and not isinstance(error.__cause__, _NoNirFormError):
             raise
@@ -653,14 +652,6 @@ def to_nir(
         others = error.offenders if isinstance(error, UnsupportedModuleError) else {}
         supported = {k: v for k, v in merged.items() if not isinstance(v, NoNirForm)}
         raise _unsupported({**others, **no_form}, supported) from None
-    refused = validate.refused(graph)  # torch_to_nir's check and warning
-    if refused:
-        warnings.warn(
-            "norse to_nir: the model holds values nir_to_torch refuses (exported as they are; did "
-            "training diverge?): " + "; ".join(refused),
-            ParameterWarning,
-            stacklevel=2,
-        )
     return graph
 
 

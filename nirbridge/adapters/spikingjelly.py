@@ -286,7 +286,7 @@ def to_nir(
             if isinstance(example_input, (tuple, list))
             else example_input[0]
         )
-    return export(single, TO_NIR, module_map, example_input, dt, is_stateful, skip)
+    return export(single, TO_NIR, module_map, example_input, dt, is_stateful, skip, "spikingjelly")
 
 
 # ----------------------------------------------------------------------------- NIR → spikingjelly

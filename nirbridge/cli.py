@@ -41,6 +41,7 @@ from .draw import ENGINES, RANKDIRS
 from .errors import InputError, NirBridgeError, NirFileError, ParameterError
 from .io import NirFile, load
 from .limits import check_memory
+from .text import printable, printable_lines
 
 __all__ = ["main", "summarize"]
 
@@ -55,6 +56,13 @@ _NOT_PARAMETERS = {
     "start_dim",
     "end_dim",
 }
+
+
+def _echo(message: Any = "", err: bool = False) -> None:
+    """click.echo of text whose names may come from files: every character a terminal
+    would act on (escape sequences, bidi overrides) is shown escaped; newlines and tabs
+    that nirbridge's own layout uses are kept."""
+    click.echo(printable_lines(str(message)), err=err)
 
 
 def _dt(metadata: Any) -> float | None:
@@ -268,13 +276,13 @@ def _render_nodes(rows: list[tuple[int, dict[str, Any]]]) -> str:
         return str(tuple(value)) if value is not None else "?"
 
     def edges(inputs: list[dict[str, Any]]) -> str:
-        text = ", ".join(e["source"] + (" (delayed)" if e["delayed"] else "") for e in inputs)
+        text = ", ".join(printable(e["source"]) + (" (delayed)" if e["delayed"] else "") for e in inputs)
         return f"← {text}" if text else ""
 
     table = [("name", "type", "input", "output", "parameters", "edges in")]
     table += [
         (
-            "  " * depth + row["name"],
+            "  " * depth + printable(row["name"]),
             row["type"],
             shape(row["input_shape"]),
             shape(row["output_shape"]),
@@ -320,7 +328,7 @@ def _versions() -> str:
 
 def _print_versions(context: click.Context, _: click.Parameter, value: bool) -> None:
     if value and not context.resilient_parsing:
-        click.echo(_versions())
+        _echo(_versions())
         context.exit()
 
 
@@ -373,14 +381,14 @@ def info(files: tuple[str, ...], as_json: bool, list_nodes: bool) -> None:
             summaries.append(summary)
         except NirBridgeError as error:
             failed = True
-            click.echo(f"nirbridge info: {' '.join(str(error).split())}", err=True)
+            _echo(f"nirbridge info: {' '.join(str(error).split())}", err=True)
     if as_json and summaries:
-        click.echo(json.dumps(summaries[0] if len(files) == 1 else summaries, indent=2))
+        _echo(json.dumps(summaries[0] if len(files) == 1 else summaries, indent=2))
     elif summaries:
         texts = [render(s) for s in summaries]
         if list_nodes:
             texts = [f"{text}\n{table}" for text, table in zip(texts, tables)]
-        click.echo("\n\n".join(texts))
+        _echo("\n\n".join(texts))
     sys.exit(1 if failed else 0)
 
 
@@ -388,7 +396,7 @@ def info(files: tuple[str, ...], as_json: bool, list_nodes: bool) -> None:
 
 
 def _fail(command: str, message: str) -> None:
-    click.echo(f"nirbridge {command}: {' '.join(str(message).split())}", err=True)
+    _echo(f"nirbridge {command}: {' '.join(str(message).split())}", err=True)
     sys.exit(1)
 
 
@@ -416,7 +424,7 @@ def _one_line_errors(command: str) -> Callable[[Callable[..., None]], Callable[.
 def _report(command: str, caught: list[warnings.WarningMessage]) -> None:
     """Print each warning once (rebuilding a graph for another simulator repeats them)."""
     for text in dict.fromkeys(_cli_terms(" ".join(str(w.message).split())) for w in caught):
-        click.echo(f"nirbridge {command}: warning: {text}", err=True)
+        _echo(f"nirbridge {command}: warning: {text}", err=True)
     caught.clear()
 
 
@@ -684,7 +692,7 @@ def convert(source: str, target: str, compression: str, input_shape: str | None)
             f"cannot convert {kinds[0] or 'no suffix'} to {kinds[1] or 'no suffix'}: convert takes "
             ".nir → .json, .json → .nir and .nir → .nir"
         )
-    click.echo(f"wrote {target}: {what}")
+    _echo(f"wrote {target}: {what}")
 
 
 # ----------------------------------------------------------------------------- run
@@ -707,7 +715,10 @@ def convert(source: str, target: str, compression: str, input_shape: str | None)
     help="HDF5 file of input spikes: a dataset per Input node, [T, B, ...] or [T, ...].",
 )
 @click.option(
-    "--record", "records", multiple=True, help="Node (or node.v) to record; repeat it. Default: all."
+    "--record",
+    "records",
+    multiple=True,
+    help="Node (or node.v) to record; repeat it, or give all or outputs. Default: all.",
 )
 @click.option(
     "--out", type=click.Path(path_type=str), default=None, help="Write the recording as NIRGraphData (.h5)."
@@ -791,12 +802,13 @@ def run_command(
         source = f"random spikes, rate {rate:g}, seed {seed}"
     module = interpret.nir_to_torch(graph, dt=dt, allow_negative_tau=allow_negative_tau)
     first = next(iter(inputs.values()))
+    wanted: str | list[str] = records[0] if records in (("all",), ("outputs",)) else list(records) or "all"
     start = time.perf_counter()
     with torch.no_grad():
         result = run(
             module,
             inputs,
-            record=list(records) or "all",
+            record=wanted,
             backend=backend,  # type: ignore[arg-type]
             compile=compiled,
             precision=precision,  # type: ignore[arg-type]
@@ -804,22 +816,22 @@ def run_command(
         )
     elapsed = time.perf_counter() - start
     total = first.shape[0]
-    click.echo(
+    _echo(
         f"{file}: {total} steps of {result.dt:g} s, batch {first.shape[1]}, input: {source}\n"
         f"ran in {elapsed:.3f} s ({elapsed / total * 1e3:.3f} ms per step)"
     )
-    click.echo(_run_table(result))
+    _echo(_run_table(result))
     if out is not None:
         write_data(out, result.to_nir_data())
-        click.echo(f"wrote {out} (NIRGraphData, {len(result.records)} record(s))")
+        _echo(f"wrote {out} (NIRGraphData, {len(result.records)} record(s))")
     if plot is not None:
         keys = (
-            list(records)
+            (wanted if isinstance(wanted, list) else [])
             or [k for k in result.records if k in result.spiking][:6]
             or list(result.records)[:6]
         )
         _save_figure(result.plot(*keys) if keys else result.plot("output"), plot)
-        click.echo(f"wrote {plot}")
+        _echo(f"wrote {plot}")
 
 
 def _run_table(result: Any) -> str:
@@ -930,19 +942,19 @@ def verify_command(
             differ = True
             step, key = report.first_divergence or (None, None)
             what = f"first at step {step} in {key!r}" if step is not None else "cannot be compared"
-            click.echo(f"{file} vs {candidate}: DIFFER, {what}")
-            click.echo(report.table())
+            _echo(f"{file} vs {candidate}: DIFFER, {what}")
+            _echo(report.table())
         elif silent:
             differ = differ or not allow_silent
-            click.echo(
+            _echo(
                 f"{file} vs {candidate}: agree on {compared} outputs and records over {report.steps} steps, "
                 f"but {len(silent)} spiking one(s) never spike on either side ({', '.join(silent)})"
                 + ("" if allow_silent else ": not verified")
             )
             if not allow_silent:
-                click.echo(report.table())
+                _echo(report.table())
         else:
-            click.echo(
+            _echo(
                 f"{file} vs {candidate}: agree on {compared} outputs and records over {report.steps} steps"
                 + (f" ({spiked} of them spiking)" if spiked else "")
             )
@@ -1028,13 +1040,13 @@ def support(as_json: bool) -> None:
 
     rows = support_table()
     if as_json:
-        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        _echo(json.dumps(rows, indent=2, ensure_ascii=False))
         return
     widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in COLUMNS}
-    click.echo("  ".join(c.ljust(widths[c]) for c in COLUMNS).rstrip())
-    click.echo("  ".join("-" * widths[c] for c in COLUMNS))
+    _echo("  ".join(c.ljust(widths[c]) for c in COLUMNS).rstrip())
+    _echo("  ".join("-" * widths[c] for c in COLUMNS))
     for row in rows:
-        click.echo("  ".join(row[c].ljust(widths[c]) for c in COLUMNS).rstrip())
+        _echo("  ".join(row[c].ljust(widths[c]) for c in COLUMNS).rstrip())
 
 
 # ----------------------------------------------------------------------------- draw
@@ -1081,9 +1093,9 @@ def draw(file: str, output: str, engine: str, rankdir: str | None) -> None:
     node = load(file).node
     used = drawing.draw(node, output, engine=engine, rankdir=rankdir)
     if used == "dot text":
-        click.echo(
+        _echo(
             f"neither Graphviz nor matplotlib is installed: wrote the DOT text to {output}.dot "
             f"(render it with `dot -T{Path(output).suffix.lstrip('.')}`)"
         )
     else:
-        click.echo(f"wrote {output} ({used})")
+        _echo(f"wrote {output} ({used})")

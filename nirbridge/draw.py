@@ -26,6 +26,7 @@ import nir
 from . import graph as graph_utils
 from .errors import NirBridgeError, ParameterError
 from .io import atomic_write
+from .text import for_matplotlib, printable
 
 __all__ = [
     "ENGINES",
@@ -154,7 +155,9 @@ def _label(box: Box) -> list[str]:
 
 
 def _escaped(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"')
+    """A DOT string's inside: non-printable characters escaped, then backslashes and
+    quotes (Graphviz reads ``\\N``, ``\\G`` and ``\\l`` in labels as its own escapes)."""
+    return printable(text).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _quoted(*lines: str) -> str:
@@ -168,6 +171,12 @@ def to_dot(graph: nir.NIRNode | Layout, *, rankdir: str | None = None) -> str:
     as in :func:`rankdir_for` (``"TB"``, ``"LR"``, or ``None`` to pick by depth).
     ``graph`` may be its :func:`layout` already."""
     drawn = graph if isinstance(graph, Layout) else layout(graph)
+    ids: dict[str, str] = {}  # escaping may give two names one text: keep the ids apart
+    for member in [*drawn.boxes, *drawn.members]:
+        candidate = _quoted(("cluster_" if member in drawn.members else "") + member)
+        while candidate in ids.values():
+            candidate = candidate[:-1] + ' (again)"'
+        ids[member] = candidate
     lines = [
         "digraph nir {",
         f'  rankdir={rankdir_for(drawn, rankdir)}; fontname="Helvetica"; fontsize=11;',
@@ -178,21 +187,21 @@ def to_dot(graph: nir.NIRNode | Layout, *, rankdir: str | None = None) -> str:
     def emit(group: str, indent: str) -> None:
         for member in drawn.members[group]:
             if member in drawn.members:
-                lines.append(f"{indent}subgraph {_quoted('cluster_' + member)} {{")
+                lines.append(f"{indent}subgraph {ids[member]} {{")
                 lines.append(f'{indent}  label={_quoted(member + " (NIRGraph)")}; style="rounded,dashed";')
                 emit(member, indent + "  ")
                 lines.append(f"{indent}}}")
             else:
                 box = drawn.boxes[member]
                 label = _quoted(*_label(box))
-                lines.append(f'{indent}{_quoted(member)} [label={label}, fillcolor="{box.colour}"];')
+                lines.append(f'{indent}{ids[member]} [label={label}, fillcolor="{box.colour}"];')
 
     emit("", "  ")
     delayed_style = (
         f' [style=dashed, color="{DELAYED_COLOUR}", fontcolor="{DELAYED_COLOUR}", label="delayed"]'
     )
     for a, b, delayed in drawn.edges:
-        lines.append(f"  {_quoted(a)} -> {_quoted(b)}{delayed_style if delayed else ''};")
+        lines.append(f"  {ids[a]} -> {ids[b]}{delayed_style if delayed else ''};")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -206,8 +215,13 @@ def to_mermaid(graph: nir.NIRNode | Layout, *, rankdir: str | None = None) -> st
     ids = {name: f"n{i}" for i, name in enumerate([*drawn.boxes, *drawn.members])}
     lines = [f"flowchart {rankdir_for(drawn, rankdir)}"]
 
-    def text(value: str) -> str:
-        return '"' + value.replace('"', "#quot;") + '"'
+    def text(*lines: str) -> str:
+        # Mermaid reads labels as HTML and #...; as entity codes: show names as written
+        def escaped(line: str) -> str:
+            line = printable(line).replace("#", "#35;").replace('"', "#quot;")
+            return line.replace("<", "#lt;").replace(">", "#gt;").replace("&", "#amp;")
+
+        return '"' + "<br/>".join(escaped(line) for line in lines) + '"'
 
     def emit(group: str, indent: str) -> None:
         for member in drawn.members[group]:
@@ -216,7 +230,7 @@ def to_mermaid(graph: nir.NIRNode | Layout, *, rankdir: str | None = None) -> st
                 emit(member, indent + "  ")
                 lines.append(f"{indent}end")
             else:
-                lines.append(f"{indent}{ids[member]}[{text('<br/>'.join(_label(drawn.boxes[member])))}]")
+                lines.append(f"{indent}{ids[member]}[{text(*_label(drawn.boxes[member]))}]")
 
     emit("", "  ")
     for a, b, delayed in drawn.edges:
@@ -375,7 +389,9 @@ def _matplotlib_figure(drawn: Layout, rankdir: str = "LR") -> Any:
         y0 = min(p[1] for p in points) - height / 2 - pad
         y1 = max(p[1] for p in points) + height / 2 + pad + 0.25
         ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, linestyle="--", edgecolor="#777777"))
-        ax.text(x0 + 0.08, y1 - 0.08, f"{group} (NIRGraph)", fontsize=8, va="top", color="#555555")
+        ax.text(
+            x0 + 0.08, y1 - 0.08, f"{for_matplotlib(group)} (NIRGraph)", fontsize=8, va="top", color="#555555"
+        )
     for name, box in drawn.boxes.items():
         x, y = position[name]
         ax.add_patch(
@@ -390,7 +406,8 @@ def _matplotlib_figure(drawn: Layout, rankdir: str = "LR") -> Any:
                 zorder=2,
             )
         )
-        ax.text(x, y + 0.13, box.name, ha="center", va="center", fontsize=8, weight="bold", zorder=3)
+        name = for_matplotlib(box.name)
+        ax.text(x, y + 0.13, name, ha="center", va="center", fontsize=8, weight="bold", zorder=3)
         ax.text(
             x, y - 0.17, f"{box.type} {box.shape}".strip(), ha="center", va="center", fontsize=7, zorder=3
         )

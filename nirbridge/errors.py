@@ -28,7 +28,7 @@ class MissingNodeError(GraphStructureError):
     """An edge names a node that does not exist in its graph."""
 
     def __init__(self, edge: tuple[str, str], missing: str, graph_path: str = "", file: str = "") -> None:
-        where = f" in subgraph '{graph_path}'" if graph_path else ""
+        where = f" in subgraph {graph_path!r}" if graph_path else ""
         super().__init__(
             f"{file + ': ' if file else ''}"
             f"edge {edge[0]!r} -> {edge[1]!r}{where} names node {missing!r}, which is not "

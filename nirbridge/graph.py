@@ -57,7 +57,7 @@ __all__ = [
 
 
 def _where(path: str) -> str:
-    return f" in subgraph '{path}'" if path else ""
+    return f" in subgraph {path!r}" if path else ""
 
 
 def check_nesting(graph: Any, where: str = "") -> int:

@@ -16,6 +16,7 @@ import torch
 
 from .engine.schedule import RecordError
 from .errors import NirBridgeError, ParameterError
+from .text import for_matplotlib
 
 if TYPE_CHECKING:
     from .run import Run
@@ -92,7 +93,7 @@ def _draw_raster(result: Run, key: str, sample: int, ax: Any) -> None:
     ax.set_xlim(0, data.shape[0] * _step(result))
     ax.set_ylim(-0.5, data.shape[1] - 0.5)
     ax.set_ylabel("neuron")
-    ax.set_title(f"{key}: {len(steps)} spikes, sample {sample}")
+    ax.set_title(f"{for_matplotlib(key)}: {len(steps)} spikes, sample {sample}")
 
 
 def raster(result: Run, *keys: str, sample: int = 0, ax: Any = None) -> Any:
@@ -187,9 +188,9 @@ def _draw_traces(result: Run, key: str, sample: int, neurons: Sequence[int] | in
             ncol=1 if len(handles) <= 5 else 2,
             frameon=False,
         )
-    ax.set_ylabel(key)
+    ax.set_ylabel(for_matplotlib(key))
     shown = chosen if len(chosen) <= LEGEND_MAX else f"{chosen[:LEGEND_MAX]}..."
-    ax.set_title(f"{key}: neurons {shown}, sample {sample}{note}")
+    ax.set_title(f"{for_matplotlib(key)}: neurons {shown}, sample {sample}{note}")
 
 
 def plot(result: Run, *keys: str, sample: int = 0, neurons: Sequence[int] | int = 8) -> Any:

@@ -49,6 +49,7 @@ from .engine.schedule import (
 from .errors import InputError, ParameterError, SilentNetworkWarning
 from .limits import check_memory
 from .state import NODES, State, StateError, unpack_state
+from .text import printable
 
 __all__ = ["RecordSummary", "Run", "RunSummary", "SequenceModule", "run", "silence_hint"]
 
@@ -102,7 +103,7 @@ class RunSummary(dict[str, RecordSummary]):
         """The summary as a text table, one row per record or output."""
         rows = [("record", "kind", "values", "summary")]
         rows += [
-            (key, "spikes" if s.spikes else "values", f"{s.neurons} neurons", s.describe())
+            (printable(key), "spikes" if s.spikes else "values", f"{s.neurons} neurons", s.describe())
             for key, s in self.items()
         ]
         widths = [max(len(row[i]) for row in rows) for i in range(3)]

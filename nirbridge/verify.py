@@ -37,6 +37,7 @@ import torch
 from .engine.schedule import is_built, level_of
 from .errors import NirBridgeError, SilentNetworkWarning
 from .run import Run, _module, _native, _run_native, run, silence_hint
+from .text import printable
 
 __all__ = ["BACKENDS", "Comparison", "Report", "VerifyError", "verify"]
 
@@ -169,7 +170,7 @@ class Report:
             )
             rows.append(
                 (
-                    c.key,
+                    printable(c.key),
                     "spikes" if c.spikes else "values",
                     f"{c.reference_spikes} / {c.candidate_spikes}" if c.reference_spikes is not None else "-",
                     f"{c.max_abs:.3g}",

@@ -125,7 +125,8 @@ def test_info_reports_shapes_and_dt_it_cannot_read_as_unknown(tmp_path):
     graph = network()
     graph.nodes["input"] = nir.Input({"input": np.array(["a", "b"])})
     graph.metadata = {"dt": float("nan")}
-    nirbridge.write(tmp_path / "odd.nir", graph)
+    with pytest.warns(nirbridge.ParameterWarning, match="metadata dt = nan"):
+        nirbridge.write(tmp_path / "odd.nir", graph)
     result = CliRunner().invoke(main, ["info", "--json", str(tmp_path / "odd.nir")])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)

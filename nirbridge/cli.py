@@ -535,6 +535,34 @@ def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | Non
     return inputs
 
 
+def _outputs_apart(inputs: dict[str, str | None], outputs: dict[str, str | None]) -> None:
+    """Refuse an output path that names an input of the same command or another output,
+    also through a symbolic or hard link: writing it would replace what is read (``run
+    m.nir --out m.nir`` replaced the model with the recording and exited 0)."""
+
+    def identity(path: str) -> tuple[int, int] | str:
+        try:
+            status = os.stat(path)
+        except (OSError, ValueError):
+            return os.path.realpath(path)
+        return (status.st_dev, status.st_ino)
+
+    read = {identity(path): f"{what} {path}" for what, path in inputs.items() if path is not None}
+    written: dict[tuple[int, int] | str, str] = {}
+    for what, path in outputs.items():
+        if path is None:
+            continue
+        key = identity(path)
+        if key in read:
+            raise ParameterError(
+                f"{what} {path}: is {read[key]}, which this command reads; writing it would replace it. "
+                "Give another path"
+            )
+        if key in written:
+            raise ParameterError(f"{what} {path}: is also {written[key]}; give each output its own path")
+        written[key] = f"{what} {path}"
+
+
 def _picture_format(path: str) -> str:
     suffix = os.path.splitext(path)[1].lower().lstrip(".")
     if suffix not in ("png", "svg", "pdf"):
@@ -672,6 +700,7 @@ def convert(source: str, target: str, compression: str, input_shape: str | None)
     from .adapters import elasticai
     from .io import write
 
+    _outputs_apart({"SOURCE": source}, {"TARGET": target})
     kinds = (Path(source).suffix.lower(), Path(target).suffix.lower())
     level = None if compression == "none" else compression
     if kinds == (".nir", ".json"):
@@ -780,6 +809,7 @@ def run_command(
     from .data import write_data
     from .run import run
 
+    _outputs_apart({"FILE": file, "--input": input_file}, {"--out": out, "--plot": plot})
     if plot is not None:
         _picture_format(plot)  # before the run, not after it
     if steps is not None and steps < 1:
@@ -1090,9 +1120,10 @@ def draw(file: str, output: str, engine: str, rankdir: str | None) -> None:
     """
     from . import draw as drawing
 
+    _outputs_apart({"FILE": file}, {"-o": output, "-o (DOT text when nothing draws)": output + ".dot"})
     node = load(file).node
     used = drawing.draw(node, output, engine=engine, rankdir=rankdir)
-    if used == "dot text":
+    if used == "dot text, no engine":
         _echo(
             f"neither Graphviz nor matplotlib is installed: wrote the DOT text to {output}.dot "
             f"(render it with `dot -T{Path(output).suffix.lstrip('.')}`)"

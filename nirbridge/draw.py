@@ -247,7 +247,7 @@ def draw(
     ``.dot``/``.gv`` (Graphviz DOT) or ``.mmd`` (Mermaid) for text. ``engine="auto"``
     draws with Graphviz (its Python package and the ``dot`` program) when both are
     installed, else with matplotlib; where neither is, it writes the DOT text to
-    ``path`` with ``.dot`` added and returns ``"dot text"``. The file is written
+    ``path`` with ``.dot`` added and returns ``"dot text, no engine"``. The file is written
     through a temporary file, so a failed drawing leaves no half-written picture.
 
     ``rankdir`` is the direction of the drawing, for every engine and text form:
@@ -294,7 +294,7 @@ def draw(
         return "matplotlib"
     text_path = target + ".dot"
     atomic_write(text_path, lambda tmp: _write_text(tmp, to_dot(drawn, rankdir=rankdir)))
-    return "dot text"
+    return "dot text, no engine"
 
 
 def _write_text(path: str, text: str) -> None:

@@ -670,6 +670,11 @@ def _write_file(path_or_file: Any, dump: _Dump, caller: str) -> list[str]:
     where = _describe(path_or_file)
     if isinstance(path_or_file, io.TextIOBase):
         raise NirFileError(f"{where}: is opened in text mode; open it in binary mode ('wb')")
+    if _appends(path_or_file):
+        raise NirFileError(
+            f"{where}: is opened for appending, so the file would keep its old bytes before the new "
+            "ones and no HDF5 reader could read it; open it with 'wb'"
+        )
     fapl = _fapl()
     fapl.set_fapl_core(backing_store=False)
     try:
@@ -699,6 +704,18 @@ def _write_file(path_or_file: Any, dump: _Dump, caller: str) -> list[str]:
     return lossy
 
 
+def _appends(file: Any) -> bool:
+    """Whether every write to ``file`` goes to its end (mode ``'ab'``, or ``O_APPEND``)."""
+    if "a" in str(getattr(file, "mode", "")):
+        return True
+    try:
+        import fcntl
+
+        return bool(fcntl.fcntl(file.fileno(), fcntl.F_GETFL) & os.O_APPEND)
+    except (ImportError, OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
+
+
 def _write_path(target: str, dump: _Dump) -> list[str]:
     def fill(temporary: str) -> list[str]:
         fid = h5f.create(os.fsencode(temporary), h5f.ACC_TRUNC, fcpl=_fcpl(), fapl=_fapl())
@@ -724,8 +741,7 @@ def atomic_write(target: str | os.PathLike[str], fill: Callable[[str], _T]) -> _
         target = os.fsdecode(target)
     if "\0" in target:
         raise NirFileError(f"{target!r}: a path holding a NUL character names no file; check how it was made")
-    if os.path.islink(target):
-        target = os.path.realpath(target)
+    target = _through_links(target)
     if os.path.isdir(target):
         raise NirFileError(f"{target}: is a folder; give a file name")
     folder = os.path.dirname(os.path.abspath(target))
@@ -769,6 +785,38 @@ def atomic_write(target: str | os.PathLike[str], fill: Callable[[str], _T]) -> _
     except OSError:
         pass
     return result
+
+
+def _through_links(target: str) -> str:
+    """The file a write to ``target`` replaces: a symbolic link is written through, as
+    ``open(target, "w")`` would, and stays a link. A link in a shared folder (sticky and
+    world-writable, like /tmp) that neither this user nor the folder's owner made is
+    refused, as Linux's ``fs.protected_symlinks`` refuses to follow it: its owner could
+    aim it at any file of this user's. Folders on the way are left to the kernel."""
+    for _ in range(40):  # the kernel's own limit on links in a row
+        try:
+            link = os.lstat(target)
+        except OSError:
+            return target
+        if not stat.S_ISLNK(link.st_mode):
+            return target
+        folder = os.path.dirname(os.path.abspath(target))
+        if not _followable(link, os.stat(folder)):
+            raise NirFileError(
+                f"{target}: is a symbolic link made by another user (uid {link.st_uid}) in the shared "
+                f"folder {folder} (sticky and world-writable, like /tmp); writing through it would "
+                "replace a file of your choosing for them. Remove the link or write elsewhere"
+            )
+        target = os.path.join(os.path.dirname(target), os.readlink(target))
+    raise NirFileError(f"{target}: {os_reason(OSError(errno.ELOOP, 'too many links'))}")
+
+
+def _followable(link: os.stat_result, folder: os.stat_result, uid: int | None = None) -> bool:
+    """Linux's ``fs.protected_symlinks`` rule: a link in a sticky, world-writable folder
+    is followed only when its owner is the user or the folder's owner."""
+    uid = (os.geteuid() if hasattr(os, "geteuid") else None) if uid is None else uid
+    shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH
+    return not shared or uid is None or link.st_uid in (uid, folder.st_uid)
 
 
 _TEMPORARY = ".nirbridge-"  # temporary files: .nirbridge-HOST-PID-RANDOM.SUFFIX.tmp

@@ -742,3 +742,53 @@ def test_a_silent_run_warns_in_the_command_lines_terms():
         "12      spikes  10 neurons  0 spikes, 0.0000 per neuron per step (0 Hz); 10 of 10 neurons silent"
         in (result.stdout)
     )
+
+
+def test_an_output_that_is_an_input_of_the_same_command_is_refused(tmp_path):
+    """`run m.nir --out m.nir` replaced the model with the recording and exited 0."""
+    model = tmp_path / "m.nir"
+    model.write_bytes(BRAILLE.read_bytes())
+    before = model.read_bytes()
+    link = tmp_path / "link.h5"
+    link.symlink_to(model)
+    hard = tmp_path / "hard.png"
+    os.link(model, hard)
+    spikes = tmp_path / "spikes.h5"
+    with h5py.File(spikes, "w") as f:
+        f["input"] = np.zeros((4, 1, 12), bool)
+    runner = CliRunner()
+    cases = [
+        (["run", str(model), "--dt", "1e-4", "--steps", "3", "--out", str(model)], "--out"),
+        (["run", str(model), "--dt", "1e-4", "--steps", "3", "--out", str(link)], "--out"),
+        (["run", str(model), "--dt", "1e-4", "--steps", "3", "--plot", str(hard)], "--plot"),
+        (["run", str(model), "--dt", "1e-4", "--input", str(spikes), "--out", str(spikes)], "--out"),
+        (["convert", str(model), str(model)], "TARGET"),
+        (["convert", str(model), str(link.with_name("link2.nir"))], None),
+        (["draw", str(model), "-o", str(model)], "-o"),
+    ]
+    (tmp_path / "link2.nir").symlink_to(model)
+    for arguments, option in cases:
+        result = runner.invoke(main, arguments)
+        assert result.exit_code == 1, (arguments, result.output)
+        assert "which this command reads" in result.output, result.output
+        if option is not None:
+            assert f"{option} " in result.output
+        assert model.read_bytes() == before
+    result = runner.invoke(
+        main,
+        [
+            "run",
+            str(model),
+            "--dt",
+            "1e-4",
+            "--steps",
+            "3",
+            "--out",
+            str(tmp_path / "r.h5"),
+            "--plot",
+            str(tmp_path / "r.h5"),
+        ],
+    )
+    assert result.exit_code == 1 and "give each output its own path" in result.output
+    result = runner.invoke(main, ["draw", str(model), "-o", str(tmp_path / "g.dot")])
+    assert result.exit_code == 0 and result.output.strip().endswith("g.dot (dot text)"), result.output

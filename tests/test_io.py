@@ -1013,3 +1013,58 @@ def test_writing_values_a_build_refuses_warns_naming_them(tmp_path):
     assert message.startswith(f"write: {tmp_path / 'diverged.nir'} holds values nir_to_torch refuses")
     assert "node 'lif' (LIF): tau is NaN at neuron 1" in message
     assert (tmp_path / "diverged.nir").exists()  # written as given
+
+
+def _status(mode: int, uid: int) -> os.stat_result:
+    return os.stat_result((mode, 0, 0, 1, uid, 0, 0, 0, 0, 0))
+
+
+def test_a_link_another_user_planted_in_a_shared_folder_is_not_written_through(tmp_path):
+    """atomic_write resolved links itself before renaming, so the kernel's protection of
+    links in sticky world-writable folders (fs.protected_symlinks) never applied: a link
+    planted in /tmp as out.nir -> ~/.bashrc would have replaced the victim's file."""
+    from nirbridge.io import _followable
+
+    shared, private = stat.S_IFDIR | 0o1777, stat.S_IFDIR | 0o755
+    link = stat.S_IFLNK | 0o777
+    assert not _followable(_status(link, 4242), _status(shared, 0), uid=1000)  # a stranger's, in /tmp
+    assert _followable(_status(link, 1000), _status(shared, 0), uid=1000)  # my own
+    assert _followable(_status(link, 0), _status(shared, 0), uid=1000)  # the folder owner's
+    assert _followable(_status(link, 4242), _status(private, 4242), uid=1000)  # not a shared folder
+    assert _followable(_status(link, 4242), _status(stat.S_IFDIR | 0o777, 0), uid=1000)  # not sticky
+    graph = chain(primitives()["Scale"][0], (3,))
+    victim = tmp_path / "victim.nir"
+    nirbridge.write(victim, graph)
+    before = victim.read_bytes()
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    os.chmod(folder, 0o1777)
+    planted = folder / "out.nir"
+    planted.symlink_to(victim)
+    if os.geteuid() == 0:  # only root can give the link to another user; CI runs as root
+        os.lchown(planted, 4242, 4242)
+        with pytest.raises(nirbridge.NirFileError, match=r"symbolic link made by another user \(uid 4242\)"):
+            nirbridge.write(planted, chain(primitives()["Threshold"][0], (3,)))
+        assert victim.read_bytes() == before and planted.is_symlink()
+        os.lchown(planted, os.geteuid(), os.getegid())
+    nirbridge.write(planted, chain(primitives()["Threshold"][0], (3,)))  # a link of mine: written through
+    assert planted.is_symlink() and isinstance(nirbridge.read(victim).nodes["n0"], nir.Threshold)
+
+
+def test_a_file_object_opened_for_appending_is_refused(tmp_path):
+    graph = chain(primitives()["Scale"][0], (3,))
+    path = tmp_path / "g.nir"
+    nirbridge.write(path, graph)
+    before = path.read_bytes()
+    with open(path, "ab") as file, pytest.raises(nirbridge.NirFileError, match="opened for appending"):
+        nirbridge.write(file, graph)
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND)
+    with (
+        os.fdopen(descriptor, "wb") as file,
+        pytest.raises(nirbridge.NirFileError, match="opened for appending"),
+    ):
+        nirbridge.write(file, graph)
+    assert path.read_bytes() == before
+    with open(path, "r+b") as file:  # read and write: rewritten from the start
+        nirbridge.write(file, chain(primitives()["Threshold"][0], (3,)))
+    assert isinstance(nirbridge.read(path).nodes["n0"], nir.Threshold)

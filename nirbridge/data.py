@@ -32,13 +32,25 @@ may claim more memory than its stored bytes can hold; nesting is capped; the
 variable-length strings of attributes are checked against their global heap before
 HDF5 reads them. Any file that is not NIR data, or is truncated, corrupted or hostile,
 raises :class:`NirFileError` naming the file and the group at fault.
+
+Both directions hold the data to what nir's classes mean, with the same rules, so what
+one refuses the other refuses too: ``dt`` is a finite number of seconds > 0; ``data`` is
+bools or real numbers of any value (a recording may hold inf or nan); ``idx`` is
+integers, ``time`` real numbers and ``value`` bools or real numbers, all of one 2-D
+shape (n_samples, n_events); ``n_neurons`` is a whole number from 0 to 2**63 - 1 and
+``t_max`` a finite number of seconds >= 0. Each entry of an event array is an event
+(0 <= idx < n_neurons, 0 <= time <= t_max, compared in the precision of ``time``) or
+padding (idx -1; time anything but nan, nir writes inf). Complex numbers, bools where
+numbers are meant, and ``NIRGraphData`` that holds itself or nests more than
+:data:`nirbridge.limits.MAX_NESTING` deep are refused; so are node and observable names
+HDF5 cannot hold (empty, ``"."``, with ``"/"``, NUL or a lone surrogate).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import h5py
@@ -57,6 +69,7 @@ from .io import (
     _write_to,
     _Writer,
 )
+from .limits import MAX_NESTING
 
 __all__ = ["read_data", "write_data"]
 
@@ -87,11 +100,13 @@ def write_data(
     the target; on any failure the target is untouched and the temporary file removed. A
     binary file object receives the whole file in one write.
 
-    Raises :class:`NirFileError` naming the node or observable that cannot be stored
-    (not NIRNodeData/NIRGraphData, an observable type that is not one of nir's, a
-    TimeGriddedData that is not 3-D, arrays that are not numbers, mismatched event
-    arrays) or the file that cannot be written. An observable of a subclass of nir's
-    types is stored as that type, with a :class:`LossyConversionWarning`.
+    Raises :class:`NirFileError` naming the node or observable that cannot be stored,
+    with the field and what to do, before it is stored: not NIRNodeData/NIRGraphData, an
+    observable type that is not one of nir's, and anything the rules of the module
+    docstring refuse (a ``dt`` that is not > 0, indices beyond ``n_neurons``, nan or
+    out-of-range times, complex or bool arrays where numbers are meant, cycles); or the
+    file that cannot be written. An observable, node or subgraph of a subclass of nir's
+    types is stored as nir's type, with a :class:`LossyConversionWarning`.
     """
     if not isinstance(data, nir.NIRGraphData):
         hint = (
@@ -109,20 +124,39 @@ def write_data(
 def _dump(fid: h5f.FileID, data: nir.NIRGraphData, compression: str | int | None) -> list[str]:
     writer = _Writer(compression)
     lossy: list[str] = []
-    _write_graph(writer, h5g.open(fid, b"/"), data, "", lossy)
+    _write_graph(writer, h5g.open(fid, b"/"), data, "", lossy, [])
     return writer.lossy + lossy
 
 
-def _write_graph(writer: _Writer, group: Any, data: nir.NIRGraphData, label: str, lossy: list[str]) -> None:
+def _write_graph(
+    writer: _Writer, group: Any, data: nir.NIRGraphData, label: str, lossy: list[str], above: list[int]
+) -> None:
+    """Write one graph's nodes; ``above`` holds the ids of the graphs it is nested in."""
     owner = f"graph data {label!r}" if label else "the root NIRGraphData"
+    if id(data) in above:
+        raise NirFileError(
+            f"{owner} holds itself (a cycle of NIRGraphData); data nests as a tree, as graphs do. "
+            "Put a copy there, or remove the cycle"
+        )
+    if len(above) > MAX_NESTING:
+        raise NirFileError(
+            f"{owner}: graph data nests more than {MAX_NESTING} deep, which nirbridge neither "
+            "writes nor reads (nor builds graphs for); flatten it"
+        )
     if not isinstance(data.nodes, Mapping):
         raise NirFileError(f"{owner}: nodes is a {type(data.nodes).__name__}; make it a dict name -> data")
     _set_text(group, "__type__", _GRAPH)
     nodes = writer.group(group, "nodes", ordered=True)
     for name, node in data.nodes.items():
         where = _key(name, label, "node")
+        if isinstance(node, (nir.NIRGraphData, nir.NIRNodeData)) and type(node) not in _CONTAINERS:
+            kind = _GRAPH if isinstance(node, nir.NIRGraphData) else _NODE
+            lossy.append(
+                f"node {where!r} is a {type(node).__name__}; it is stored as {kind} and reads back as one"
+            )
         if isinstance(node, nir.NIRGraphData):
-            _write_graph(writer, writer.group(nodes, name, ordered=False), node, where, lossy)
+            child = writer.group(nodes, name, ordered=False)
+            _write_graph(writer, child, node, where, lossy, [*above, id(data)])
         elif isinstance(node, nir.NIRNodeData):
             _write_node(writer, writer.group(nodes, name, ordered=False), node, where, lossy)
         else:
@@ -151,11 +185,18 @@ def _key(name: Any, label: str, kind: str) -> str:
     if not isinstance(name, str):
         owner = f"node {label!r}" if label else "the root"
         raise NirFileError(
-            f"{kind} name {name!r} ({type(name).__name__}) in {owner} is not a string; "
+            f"{kind} name {_show(name)} ({type(name).__name__}) in {owner} is not a string; "
             "HDF5 group names are strings"
         )
     where = _label(label, name) if kind == "node" else name
     _check_name(name, f"{kind} {where!r}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise NirFileError(
+            f"{kind} {where!r}: the name holds a lone surrogate, which UTF-8 (HDF5's names) cannot "
+            "store; rename it (a name decoded with errors='surrogateescape' needs decoding again)"
+        ) from None
     return where
 
 
@@ -175,27 +216,24 @@ def _write_observable(
         )
     if type(observable).__name__ != kind:
         lossy.append(f"{what} is a {type(observable).__name__}; it is stored as {kind} and reads back as one")
+
+    def fail(message: str) -> NirFileError:
+        return NirFileError(f"{what}: {message}")
+
     if kind == _GRIDDED:
         data = _numbers(observable.data, f"{what}: data")
-        if data.ndim != 3:
-            raise NirFileError(
-                f"{what}: data has shape {data.shape}; TimeGriddedData holds a 3-D array "
-                "(n_samples, n_time_steps, n_neurons). Reshape it, e.g. data[None] for one sample"
-            )
+        dt = _real(observable.dt, f"{what}: dt")
+        _check_gridded(data, float(dt), fail, str)
         group = writer.group(parent, name, ordered=False)
         _set_text(group, "__type__", kind)
-        _set_number(group, "dt", _real(observable.dt, f"{what}: dt"))
+        _set_number(group, "dt", dt)
         writer.dataset(group, "data", data)
         return
     fields = ("idx", "time", "value") if kind == _VALUED else ("idx", "time")
     arrays = {field: _numbers(getattr(observable, field), f"{what}: {field}") for field in fields}
-    shapes = {field: array.shape for field, array in arrays.items()}
-    if len(set(shapes.values())) != 1:
-        raise NirFileError(
-            f"{what}: {', '.join(fields)} must have one shape (n_samples, n_events), got {shapes}"
-        )
     n_neurons = _integer(observable.n_neurons, f"{what}: n_neurons")
     t_max = _real(observable.t_max, f"{what}: t_max")
+    _check_events(arrays, int(n_neurons), float(t_max), fail, str)
     group = writer.group(parent, name, ordered=False)
     _set_text(group, "__type__", kind)
     _set_number(group, "n_neurons", n_neurons)
@@ -217,28 +255,28 @@ def _numbers(value: Any, what: str) -> np.ndarray:
     return array
 
 
-def _scalar(value: Any, kinds: str, what: str, wanted: str) -> Any:
-    """``value`` as a numpy scalar of one of the dtype ``kinds`` (bools are not numbers here)."""
+def _scalar(value: Any, what: str, wanted: str) -> Any:
+    """``value`` as a numpy scalar of a real dtype (bools are not numbers here)."""
     array = None
     if not isinstance(value, (str, bytes)):
         try:
             array = np.asarray(value)
         except Exception:  # noqa: BLE001 - whatever numpy cannot take is not a number
             array = None
-    if array is None or array.ndim or array.dtype.kind not in kinds:
-        raise NirFileError(f"{what} is {value!r} ({type(value).__name__}); store {wanted}")
+    if array is None or array.ndim or array.dtype.kind not in "iuf":
+        raise NirFileError(f"{what} is {_show(value)} ({type(value).__name__}); store {wanted}")
     return array[()]
 
 
 def _real(value: Any, what: str) -> np.float64:
-    return np.float64(_scalar(value, "iuf", what, "a real number"))
+    return np.float64(_float(_scalar(value, what, "a real number")))
 
 
 def _integer(value: Any, what: str) -> np.int64:
-    number = _scalar(value, "iuf", what, "a whole number (64-bit)")
-    if not (float(number).is_integer() and -(2**63) <= int(number) < 2**63):
-        raise NirFileError(f"{what} is {value!r}; store a whole number (64-bit)")
-    return np.int64(int(number))
+    number = _whole(_scalar(value, what, "a whole number (64-bit)"))
+    if number is None or not _INT64[0] <= number <= _INT64[1]:
+        raise NirFileError(f"{what} is {_show(value)}; store a whole number (64-bit)")
+    return np.int64(number)
 
 
 def _set_text(obj: Any, name: str, text: str) -> None:
@@ -252,6 +290,165 @@ def _set_number(obj: Any, name: str, value: np.generic) -> None:
     array = np.asarray(value)
     tid = h5t.py_create(array.dtype, logical=True)
     h5a.create(obj, name.encode("utf-8"), tid, h5s.create(h5s.SCALAR)).write(array)
+
+
+# ----------------------------------------------------------------------------- the rules
+# What NIR data means (nir/data_ir): both directions check the same rules, so what
+# write_data refuses read_data refuses too, and the other way round.
+
+_INT64 = (-(2**63), 2**63 - 1)
+_N_NEURONS = (
+    "it counts the neurons the events index: a whole number from 0 to 2**63 - 1. Set it to the "
+    "size of the recorded layer"
+)
+_CONTAINERS = (nir.NIRGraphData, nir.NIRNodeData)
+_ARRAY_KINDS = {  # field -> (numpy dtype kinds allowed, what it holds)
+    "data": ("biuf", "bools (spikes) or real numbers"),
+    "value": ("biuf", "bools or real numbers"),
+    "idx": ("iu", "integers (neuron indices)"),
+    "time": ("iuf", "real numbers (seconds)"),
+}
+_COMPLEX = " (record complex values as two observables, real and imaginary parts)"
+_CONVERT = {
+    "data": "data.astype(bool) or data.astype(float)" + _COMPLEX,
+    "value": "value.astype(float)" + _COMPLEX,
+    "idx": "idx.astype(np.int64), with -1 where a sample has no more events",
+    "time": "time.astype(float), with inf where idx is -1",
+}
+
+_Fail = Callable[[str], NirBridgeError]  # the error for a message, naming file and observable
+_Label = Callable[[str], str]  # how a message names a field ("dt" or "attribute 'dt'")
+
+
+def _show(value: Any) -> str:
+    """A short, safe ``repr`` for messages: huge integers and long reprs are cut."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a repr that fails is no reason to hide the real error
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _float(number: Any) -> float:
+    """A real numpy or Python scalar as a float; out-of-range values become ±inf or 0
+    without numpy's overflow warning (the rules then refuse them)."""
+    with np.errstate(over="ignore", under="ignore"):
+        return float(number)
+
+
+def _whole(number: Any) -> int | None:
+    """A real scalar as an int when it is a finite whole number, else None."""
+    if isinstance(number, (np.integer, int)):
+        return int(number)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        if not np.isfinite(number) or number != np.trunc(number):
+            return None
+    return int(number)
+
+
+def _at(array: np.ndarray, mask: np.ndarray) -> tuple[tuple[int, ...], Any] | None:
+    """The first position where ``mask`` is true and the array's value there, or None."""
+    if not mask.any():
+        return None
+    position = tuple(int(i) for i in np.unravel_index(int(mask.argmax()), mask.shape))
+    return position, array[position].item()
+
+
+def _dtype(field: str, array: np.ndarray, fail: _Fail, label: _Label) -> None:
+    kinds, holds = _ARRAY_KINDS[field]
+    if array.dtype.kind not in kinds:
+        raise fail(
+            f"{label(field)} has dtype {array.dtype}; {field} holds {holds}. Convert it, e.g. "
+            f"{_CONVERT[field]}"
+        )
+
+
+def _check_gridded(data: np.ndarray, dt: float, fail: _Fail, label: _Label) -> None:
+    """TimeGriddedData: bools or reals of shape (n_samples, n_time_steps, n_neurons), any
+    values (a recording may hold inf or nan), and a time step dt > 0 seconds."""
+    _dtype("data", data, fail, label)
+    if data.ndim != 3:
+        raise fail(
+            f"{label('data')} has shape {data.shape}; TimeGriddedData holds a 3-D array "
+            "(n_samples, n_time_steps, n_neurons). Reshape it, e.g. data[None] for one sample"
+        )
+    if not (math.isfinite(dt) and dt > 0):
+        raise fail(
+            f"{label('dt')} is {dt!r}; the time step is a finite number of seconds > 0. Set it to "
+            "the step the data was recorded at"
+        )
+
+
+def _check_events(
+    arrays: dict[str, np.ndarray], n_neurons: int, t_max: float, fail: _Fail, label: _Label
+) -> None:
+    """EventData / ValuedEventData: idx, time (and value) of one 2-D shape (n_samples,
+    n_events); each entry an event (0 <= idx < n_neurons, 0 <= time <= t_max) or padding
+    (idx -1, time anything but nan; nir writes inf); n_neurons >= 0; t_max finite >= 0."""
+    for field, array in arrays.items():
+        _dtype(field, array, fail, label)
+    fields = ", ".join(arrays)
+    shapes = {field: array.shape for field, array in arrays.items()}
+    if len(set(shapes.values())) != 1:
+        raise fail(f"{fields} must have one shape (n_samples, n_events), got {shapes}")
+    idx, time = arrays["idx"], arrays["time"]
+    if idx.ndim != 2:
+        raise fail(
+            f"{fields} have shape {idx.shape}; EventData holds 2-D arrays (n_samples, n_events). "
+            "Reshape them, e.g. idx[None] and time[None] for one sample"
+        )
+    if not 0 <= n_neurons <= _INT64[1]:
+        raise fail(f"{label('n_neurons')} is {_show(n_neurons)}; {_N_NEURONS}")
+    if not (math.isfinite(t_max) and t_max >= 0):
+        raise fail(
+            f"{label('t_max')} is {t_max!r}; it is the recording's length: a finite number of "
+            "seconds >= 0, at least the last event's time"
+        )
+    if not idx.size:
+        return
+    low, high = int(idx.min()), int(idx.max())
+    if low < -1 or high >= n_neurons:
+        position = np.unravel_index(int(idx.argmin() if low < -1 else idx.argmax()), idx.shape)
+        at = ", ".join(str(int(i)) for i in position)
+        legal = f"0 to n_neurons - 1 ({n_neurons - 1})" if n_neurons else "none (n_neurons is 0)"
+        raise fail(
+            f"{label('idx')} at [{at}] is {low if low < -1 else high}; an event's index is {legal}, "
+            "and -1 marks where a sample has no more events. Fix the index, or n_neurons if the "
+            "layer is larger"
+        )
+    events = idx >= 0
+    checks = (
+        (
+            lambda: np.isnan(time) if time.dtype.kind == "f" else events & False,
+            "an event's time is in seconds (0 to t_max), padding's (idx -1) is inf",
+        ),
+        (
+            lambda: events & (time < 0),
+            "event times are seconds from the start of the recording, 0 to t_max",
+        ),
+        (
+            lambda: events & (time > _limit(t_max, time.dtype)),
+            f"after t_max ({t_max!r}); raise t_max to the recording's length or drop the event",
+        ),
+    )
+    for mask, why in checks:
+        found = _at(time, mask())
+        if found is not None:
+            position, value = found
+            neuron = int(idx[position])
+            of = f"neuron {neuron}" if neuron >= 0 else "padding, idx -1"
+            at = ", ".join(map(str, position))
+            raise fail(f"{label('time')} at [{at}] is {value!r} ({of}); {why}")
+
+
+def _limit(t_max: float, dtype: np.dtype) -> Any:
+    """t_max in the precision of the times it bounds (an event at float32(t_max) is in)."""
+    if dtype.kind != "f":
+        return np.float64(t_max)
+    with np.errstate(over="ignore"):
+        return dtype.type(t_max)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -268,10 +465,11 @@ def read_data(path_or_file: PathOrFile) -> nir.NIRGraphData:
     returns them. Members a group holds beyond the layout are ignored with a
     :class:`NirFileWarning`.
 
-    Raises :class:`NirFileError` naming the file and the group at fault for anything
-    else: a file that is not NIR data (a ``.nir`` graph file says so), an unknown
-    ``__type__``, a missing or malformed dataset or attribute, and truncated, corrupted
-    or hostile files.
+    Raises :class:`NirFileError` naming the file and the group at fault (and the
+    dataset or attribute) for anything else: a file that is not NIR data (a ``.nir``
+    graph file says so), an unknown ``__type__``, a missing or malformed dataset or
+    attribute, values the rules of the module docstring refuse (the same rules
+    :func:`write_data` applies), and truncated, corrupted or hostile files.
     """
     where = _describe(path_or_file)
     opened = Source(path_or_file, where)
@@ -327,7 +525,10 @@ class _DataReader(Reader):
         count = math.prod(space.shape)
         if count != 1:
             raise self.fail(path, f"{what} holds {count} values where one is expected")
-        dtype = aid.dtype
+        try:
+            dtype = aid.dtype
+        except (TypeError, ValueError) as error:  # a float or integer type numpy has no dtype for
+            raise self.fail(path, f"{what} has an HDF5 type numpy cannot hold ({error})") from None
         string = h5py.check_string_dtype(dtype)
         if string is None and dtype.kind not in "biuf":
             raise self.fail(path, f"{what} has HDF5 type {dtype}; NIR data stores a string or a number")
@@ -471,6 +672,7 @@ class _Builder:
         self.where = where
         self.attributes = attributes
         self.notes: list[str] = []
+        self.depth = 0  # graphs nested above the one being built
 
     def fail(self, path: str, message: str) -> NirFileError:
         return NirFileError(f"{self.where}: {path or '/'}: {message}")
@@ -500,7 +702,15 @@ class _Builder:
             if kind == _NODE:
                 nodes[name] = self.node(sub, sub_path)
             elif kind == _GRAPH:
+                self.depth += 1
+                if self.depth > MAX_NESTING:
+                    raise self.fail(
+                        sub_path,
+                        f"graph data nests more than {MAX_NESTING} deep, which nirbridge neither writes "
+                        "nor reads",
+                    )
                 nodes[name] = self.graph(sub, sub_path)
+                self.depth -= 1
             else:
                 raise self.fail(sub_path, f"has __type__ {kind!r}; a node is {_NODE!r} or {_GRAPH!r}")
         return nir.NIRGraphData(nodes=nodes)
@@ -517,26 +727,25 @@ class _Builder:
 
     def observable(self, tree: Any, path: str) -> nir.TimeGriddedData | nir.EventData:
         kind = self.kind(tree, path, "an observable")
+
+        def fail(message: str) -> NirFileError:
+            return self.fail(path, message)
+
         if kind == _GRIDDED:
             data = self.array(tree, "data", path)
-            if data.ndim != 3:
-                raise self.fail(
-                    path,
-                    f"'data' has shape {data.shape}; TimeGriddedData is (n_samples, n_time_steps, n_neurons)",
-                )
+            dt = self.real(path, "dt")
+            _check_gridded(data, dt, fail, _stored)
             self.extra(tree, path, {"data"})
-            return nir.TimeGriddedData(data=data, dt=self.real(path, "dt"))
+            return nir.TimeGriddedData(data=data, dt=dt)
         if kind not in (_EVENTS, _VALUED):
             raise self.fail(
                 path, f"has __type__ {kind!r}; an observable is one of {_GRIDDED}, {_EVENTS}, {_VALUED}"
             )
         fields = ("idx", "time", "value") if kind == _VALUED else ("idx", "time")
         arrays = {field: self.array(tree, field, path) for field in fields}
-        shapes = {field: array.shape for field, array in arrays.items()}
-        if len(set(shapes.values())) != 1:
-            raise self.fail(path, f"{', '.join(fields)} must have one shape, got {shapes}")
-        self.extra(tree, path, set(fields))
         n_neurons, t_max = self.integer(path, "n_neurons"), self.real(path, "t_max")
+        _check_events(arrays, n_neurons, t_max, fail, _stored)
+        self.extra(tree, path, set(fields))
         cls = nir.ValuedEventData if kind == _VALUED else nir.EventData
         return cls(**arrays, n_neurons=n_neurons, t_max=t_max)
 
@@ -557,10 +766,18 @@ class _Builder:
         return value
 
     def real(self, path: str, name: str) -> float:
-        return float(self.number(path, name))
+        return _float(self.number(path, name))
 
     def integer(self, path: str, name: str) -> int:
         value = self.number(path, name)
-        if not float(value).is_integer():
+        number = _whole(value)
+        if number is None:
             raise self.fail(path, f"attribute {name!r} is {value!r}, not a whole number")
-        return int(value)
+        if not 0 <= number <= _INT64[1]:  # n_neurons, the only whole number NIR data stores
+            raise self.fail(path, f"attribute {name!r} is {value!r}; {_N_NEURONS}")
+        return number
+
+
+def _stored(field: str) -> str:
+    """How read_data's messages name a field: a dataset or an attribute of the observable."""
+    return f"attribute {field!r}" if field in _ATTRIBUTES else f"dataset {field!r}"

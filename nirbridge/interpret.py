@@ -9,6 +9,7 @@ shows the wiring and how the state is threaded (see :mod:`nirbridge.state`).
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import functools
 import inspect
@@ -153,7 +154,7 @@ def nir_to_torch(
     assumed = dt is None and _metadata_dt(graph) is None and _uses_dt(graph)  # as _time_step decides
     dt = _time_step(graph, dt)
     graph = validate.check_parameters(
-        graph, dt, allow_negative_tau=bool(allow_negative_tau), largest=float(torch.finfo(target_dtype).max)
+        graph, dt, allow_negative_tau=bool(allow_negative_tau), dtype=target_dtype
     )
 
     _check_time_constants(graph, dt)
@@ -534,6 +535,19 @@ class NIRGraphModule(fx.GraphModule):
         finally:
             _precision.leave(token)
 
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:
+        """``.half()``, ``.to(dtype)`` and the like: refused, changing nothing, where the
+        new dtype would turn a parameter or buffer into 0 or infinity (as the build
+        refuses such values)."""
+        if _CASTING.get():
+            return super()._apply(fn, recurse)
+        _check_cast(self, fn)
+        token = _CASTING.set(True)
+        try:
+            return super()._apply(fn, recurse)
+        finally:
+            _CASTING.reset(token)
+
     def __getattr__(self, name: str) -> Any:
         modules = self.__dict__.get("_modules")
         if modules is not None and name in modules:
@@ -550,6 +564,40 @@ class NIRGraphModule(fx.GraphModule):
         # holds what nirbridge.run and torch_to_nir need: restore it after rebuilding
         rebuild, arguments = super().__reduce__()
         return _with_meta, (rebuild, arguments, self.meta)
+
+
+_CASTING: contextvars.ContextVar[bool] = contextvars.ContextVar("casting", default=False)
+
+
+def _check_cast(module: fx.GraphModule, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Raise :class:`ParameterError`, before anything changes, where ``fn`` gives a
+    floating tensor of ``module`` a dtype that holds one of its values as 0 or infinity
+    (``m.half()`` of a tau of 1e-8 s, or of a weight of 1e5)."""
+    targets: dict[tuple[torch.dtype, torch.device], torch.dtype] = {}
+    paths = module.meta.get("nirbridge", {}).get("module_paths", {})
+    nodes = {path: node for node, path in paths.items()}
+    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        if not tensor.is_floating_point() or tensor.numel() == 0:
+            continue
+        key = (tensor.dtype, tensor.device)
+        if key not in targets:
+            targets[key] = fn(torch.empty(0, dtype=tensor.dtype, device=tensor.device)).dtype
+        target = targets[key]
+        if target == tensor.dtype or not target.is_floating_point:
+            continue
+        values = tensor.detach()
+        cast = values.to(target)
+        lost = (values != 0) & torch.isfinite(values) & ((cast == 0) | ~torch.isfinite(cast))
+        if bool(lost.any()):
+            value = float(values[lost].reshape(-1)[0])
+            becomes = "0" if float(cast[lost].reshape(-1)[0]) == 0 else "infinity"
+            owner = name.rsplit(".", 1)[0]
+            node = next((nodes[p] for p in sorted(nodes, key=len, reverse=True) if owner.startswith(p)), None)
+            where = f"{name} (node {node!r})" if node is not None else name
+            raise ParameterError(
+                f"{where} holds {value:.4g}, which {target} holds as {becomes}: the module would compute "
+                f"with it. Keep {tensor.dtype}, or fix the value first; nothing was changed"
+            )
 
 
 def _with_meta(rebuild: Callable[..., fx.GraphModule], arguments: tuple, meta: dict) -> fx.GraphModule:

@@ -40,6 +40,7 @@ from typing import Any
 
 import nir
 import numpy as np
+import torch
 
 from . import graph as graph_utils
 from . import limits
@@ -142,7 +143,7 @@ def _check_field(
     field: str,
     owner: str,
     dt: float,
-    largest: float,
+    dtype: Any,
     problems: _Problems,
 ) -> tuple[np.ndarray, Any] | None:
     """The field's values and the value to build with, or ``None`` (missing and
@@ -176,6 +177,7 @@ def _check_field(
             "are meaningless there. Fix the value where the file was written"
         )
         return None
+    largest = float(torch.finfo(dtype).max) if dtype is not None else math.inf
     huge = np.abs(array) > largest
     if np.any(huge):
         problems.errors.append(
@@ -184,6 +186,18 @@ def _check_field(
             "infinity; build with dtype=torch.float64, or fix the value"
         )
         return None
+    if dtype is not None and array.size:
+        flushed = (array != 0) & (
+            torch.from_numpy(np.ascontiguousarray(array, np.float64)).to(dtype) == 0
+        ).numpy()
+        if np.any(flushed):
+            problems.errors.append(
+                f"{owner}: {field} is {float(array[flushed].reshape(-1)[0]):.4g} at "
+                f"{_where(flushed, array.shape)}, below the smallest number {dtype} holds, so it would "
+                "compute with 0 (a time constant of 0 divides by zero, a scale of 0 passes nothing); "
+                "build with dtype=torch.float64, or fix the value"
+            )
+            return None
     if field in TIME_CONSTANTS:
         zero = array == 0
         if np.any(zero):
@@ -263,7 +277,7 @@ _NEGATIVE_TAU_FIX = (
 )
 
 
-def _walk(graph: Any, dt: float, largest: float) -> tuple[_Problems, dict[int, Any]]:
+def _walk(graph: Any, dt: float, dtype: Any) -> tuple[_Problems, dict[int, Any]]:
     """Check every node; return the problems and ``id(node) -> copy with real fields``."""
     problems = _Problems()
     fixes: dict[int, Any] = {}
@@ -278,7 +292,7 @@ def _walk(graph: Any, dt: float, largest: float) -> tuple[_Problems, dict[int, A
         changes = {}
         values: dict[str, np.ndarray] = {}
         for field in _fields_of(node):
-            checked = _check_field(node, field, owner, dt, largest, problems)
+            checked = _check_field(node, field, owner, dt, dtype, problems)
             if checked is None:
                 continue
             values[field] = checked[0]
@@ -298,18 +312,17 @@ def _listed(messages: list[str], most: int = 4) -> str:
     return shown + (f"; and {len(messages) - most} more" if len(messages) > most else "")
 
 
-def check_parameters(
-    graph: Any, dt: float, *, allow_negative_tau: bool = False, largest: float = math.inf
-) -> Any:
+def check_parameters(graph: Any, dt: float, *, allow_negative_tau: bool = False, dtype: Any = None) -> Any:
     """Check every numeric field of ``graph`` (a NIR graph or a single node; see the
-    module's docs); return it, or a copy where complex fields became real. ``largest``
-    is the largest finite value of the dtype the module will compute in.
+    module's docs); return it, or a copy where complex fields became real. ``dtype`` is
+    the torch dtype the module will compute in: values beyond its range, and values it
+    would flush to 0, are refused.
 
     Raises one :class:`ParameterError` naming every meaningless value (the first few),
     or, where only time constants are below 0 and ``allow_negative_tau`` is not set,
     one naming each such node and field. Suspicious values warn
     (:class:`ParameterWarning`)."""
-    problems, fixes = _walk(graph, dt, largest)
+    problems, fixes = _walk(graph, dt, dtype)
     if problems.errors:
         first, rest = problems.errors[0], problems.errors[1:]
         raise ParameterError(first + (f". Also: {_listed(rest, 3)}" if rest else ""))
@@ -331,7 +344,7 @@ def review(graph: Any, dt: float, *, suspicious: bool = True) -> list[str]:
     raises for the values themselves."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LossyConversionWarning)
-        problems, _ = _walk(graph, dt, math.inf)
+        problems, _ = _walk(graph, dt, None)
     found = [*problems.errors]
     if problems.negative_tau:
         found.append(

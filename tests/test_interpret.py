@@ -1355,3 +1355,29 @@ def test_edges_out_of_output_nodes_and_odd_types_are_refused():
     graph = _dense()
     graph.nodes["input"].input_type = None  # no shape declared: inferred where the graph fixes one
     assert nirbridge.nir_to_torch(graph)(torch.ones(1, 3))[0].shape == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("layer", "cast", "becomes"),
+    [
+        (nir.Scale(np.array([1e-9, 1.0])), "half", "0"),
+        (nir.Scale(np.array([1e5, 1.0])), "half", "infinity"),
+        (nir.Scale(np.array([1e-46 * 1e8, 1.0])), "bfloat16", None),  # bfloat16 has float32's range
+    ],
+)
+def test_a_dtype_change_that_turns_a_value_into_0_or_infinity_is_refused(layer, cast, becomes):
+    """`m.half()` after the build turned a scale of 1e-9 into 0 and 1e5 into inf
+    without a word; the build refuses both."""
+    gm = nirbridge.nir_to_torch(chain(layer, shape=[2]), dtype=torch.float32)
+    before = gm.n0.scale.clone()
+    if becomes is None:
+        getattr(gm, cast)()
+        assert gm.n0.scale.dtype == getattr(torch, cast)
+        return
+    with pytest.raises(nirbridge.ParameterError, match=rf"n0.scale \(node 'n0'\) holds .* as {becomes}"):
+        getattr(gm, cast)()
+    assert gm.n0.scale.dtype == torch.float32 and torch.equal(gm.n0.scale, before)  # nothing changed
+    with pytest.raises(nirbridge.ParameterError):
+        gm.to(torch.float16)
+    gm.double()  # wider: always allowed
+    assert gm.n0.scale.dtype == torch.float64

@@ -556,3 +556,22 @@ def test_every_export_and_write_warn_of_values_an_import_refuses(tmp_path):
         nirbridge.ParameterWarning, match=r"metadata dt = nan is not a positive, finite time step"
     ):
         nirbridge.write(tmp_path / "nan-dt.nir", graph)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "dtype"),
+    [("tau", 1e-8, torch.float16), ("r", 1e-46, torch.float32), ("v_threshold", 1e-46, torch.float32)],
+)
+def test_values_the_dtype_flushes_to_zero_are_refused_at_build(field, value, dtype):
+    """Values above the dtype's range were refused, values below it passed and gave NaN
+    membranes (tau -> 0) or dead neurons (r -> 0)."""
+    fields = dict(tau=np.full(2, 1e-3), r=np.ones(2), v_leak=np.zeros(2), v_threshold=np.ones(2))
+    fields[field] = np.array([value, 1.0])
+    graph = nir.NIRGraph.from_list(nir.Input(np.array([2])), nir.LIF(**fields), nir.Output(np.array([2])))
+    with pytest.raises(
+        nirbridge.ParameterError, match=rf"{field} is {value:.4g} at neuron 0, below the smallest"
+    ):
+        nirbridge.nir_to_torch(graph, dt=1e-4, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.NirBridgeWarning)
+        nirbridge.nir_to_torch(graph, dt=1e-4, dtype=torch.float64)  # float64 holds it

@@ -30,6 +30,7 @@ from .errors import NirBridgeWarning as NirBridgeWarning
 from .errors import NirFileError as NirFileError
 from .errors import NirFileWarning as NirFileWarning
 from .errors import NodeConversionError as NodeConversionError
+from .errors import NonFiniteWarning as NonFiniteWarning
 from .errors import ParameterError as ParameterError
 from .errors import ParameterWarning as ParameterWarning
 from .errors import RepairWarning as RepairWarning
@@ -80,6 +81,7 @@ __all__ = [
     "SequenceModule",
     "Run",
     "ShapeMismatchError",
+    "NonFiniteWarning",
     "SilentNetworkWarning",
     "StateError",
     "TraceError",

@@ -23,6 +23,7 @@ inside, or worse, a different answer:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -39,6 +40,8 @@ __all__ = [
     "check_step",
     "check_types",
     "holds",
+    "check_integers",
+    "tensor_kind_problem",
     "rounding_problem",
     "state_type_name",
     "unbatch",
@@ -286,8 +289,9 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
             continue
         if not isinstance(x, torch.Tensor):
             raise InputError(f"input {name!r} is a {type(x).__name__}; pass a tensor [B, ...]")
-        if x.layout != torch.strided:
-            raise InputError(f"input {name!r} is a {x.layout} tensor; pass a dense one (x.to_dense())")
+        unusable = tensor_kind_problem(x)
+        if unusable:
+            raise InputError(f"input {name!r} is {unusable}")
         if x.device != reference.device:
             raise InputError(
                 f"input {name!r} is on {x.device} but the module on {reference.device}; "
@@ -308,6 +312,8 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
         if not x.is_floating_point():
             if x.is_complex():
                 raise InputError(f"input {name!r} is complex ({x.dtype}); pass real values")
+            if not holds(dtype, x.dtype):
+                check_integers(name, x, dtype, own)
             x = x.to(dtype)
         elif x.dtype != dtype:
             if holds(dtype, x.dtype):
@@ -366,9 +372,57 @@ def unbatch(out: Any, single: bool) -> Any:
 
 
 def holds(dtype: torch.dtype, other: torch.dtype) -> bool:
-    """Whether ``dtype`` holds every value of ``other`` exactly (bool and integer spikes,
-    a narrower float), so that casting to it changes nothing."""
+    """Whether ``dtype`` holds every value of ``other`` exactly (bool, integers of at
+    most its significand's bits, a narrower float), so that casting to it changes
+    nothing whatever the values."""
+    if other == torch.bool:
+        return True
+    if not other.is_floating_point and not other.is_complex:
+        if not dtype.is_floating_point:
+            return torch.promote_types(other, dtype) == dtype
+        bits = torch.iinfo(other).bits - (1 if torch.iinfo(other).min < 0 else 0)
+        return bits <= _significand(dtype)
     return torch.promote_types(other, dtype) == dtype
+
+
+def tensor_kind_problem(x: torch.Tensor) -> str | None:
+    """What makes ``x`` no input a step can take, with the fix, or ``None``: a sparse,
+    nested, quantized or meta tensor."""
+    if x.is_nested:
+        return "a nested tensor (rows of different lengths); pad them to one length (x.to_padded_tensor(0))"
+    if x.is_quantized:
+        return f"a quantized tensor ({x.dtype}); pass x.dequantize()"
+    if x.layout != torch.strided:
+        return f"a {x.layout} tensor; pass a dense one (x.to_dense())"
+    if x.is_meta:
+        return "a meta tensor (no data); pass a tensor with data"
+    return None
+
+
+def _significand(dtype: torch.dtype) -> int:
+    """Bits of a float's significand, the hidden one included: 24 for float32."""
+    return round(-math.log2(torch.finfo(dtype).eps)) + 1
+
+
+def check_integers(name: str, x: torch.Tensor, dtype: torch.dtype, takers: tuple[str, ...]) -> None:
+    """Raise :class:`InputError` where integer input ``x`` holds a value that float
+    ``dtype`` would round: beyond 2^24 for float32 (2^11 for float16, 2^8 for bfloat16,
+    2^53 for float64). One look at the data, made only for integer types wider than
+    that (an int64 or int32 input into float32); bool and narrow integers need none."""
+    limit = 2 ** _significand(dtype)
+    if x.numel() == 0:
+        return
+    if x.dtype in (torch.uint16, torch.uint32, torch.uint64):  # torch has no max() for these
+        largest = int(x.to(torch.float64).max())
+    else:
+        largest = int(x.abs().max())
+    if largest > limit:
+        where = _nodes(takers) if takers else "the module computes"
+        raise InputError(
+            f"input {name!r} ({x.dtype}) holds {largest}, but {where} in {dtype}, which holds integers "
+            f"exactly only up to {limit}: casting would round the input and change the results. Pass "
+            f"x.to({dtype}) to accept the rounding, or build the module with a wider dtype"
+        )
 
 
 def rounding_problem(name: str, got: torch.dtype, dtype: torch.dtype, takers: tuple[str, ...]) -> str:

@@ -529,9 +529,12 @@ def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | Non
                 f"{path}: dataset {name!r} has shape {array.shape}; input {name!r} takes "
                 f"[T, B, {', '.join(map(str, shape))}] or [T, {', '.join(map(str, shape))}] with T >= 1"
             )
-        inputs[name] = torch.from_numpy(
-            array if array.dtype.kind == "b" else array.astype(np.float32, copy=False)
-        )
+        if array.dtype.kind == "f" and array.dtype.itemsize > 4:
+            raise InputError(
+                f"{path}: dataset {name!r} holds {array.dtype}, but the network computes in float32, "
+                "which would round it; store the spikes as bool, integers or float32"
+            )
+        inputs[name] = torch.from_numpy(np.ascontiguousarray(array))  # run casts what it holds exactly
     return inputs
 
 

@@ -59,7 +59,7 @@ import numpy as np
 from h5py import h5a, h5f, h5g, h5o, h5s, h5t
 
 from .errors import LossyConversionWarning, NirBridgeError, NirFileError, NirFileWarning
-from .hdf5 import Reader, Source
+from .hdf5 import Reader, Source, out_of_memory
 from .io import (
     PathOrFile,
     _check_compression,
@@ -485,6 +485,8 @@ def read_data(path_or_file: PathOrFile) -> nir.NIRGraphData:
             raise NirFileError(f"{where}: not a NIR data file (its root {found}, not {_GRAPH!r})")
     except NirBridgeError:
         raise
+    except MemoryError as error:
+        raise out_of_memory(where) from error
     except Exception as error:
         problem = f"{type(error).__name__}: {error}"
         raise NirFileError(

@@ -213,3 +213,9 @@ class SilentNetworkWarning(NirBridgeWarning):
     """A run ended in which spiking nodes never fired. The message names them and says
     what commonly causes it (a time step the file does not record, so one was assumed;
     inputs too weak for the thresholds)."""
+
+
+class NonFiniteWarning(NirBridgeWarning):
+    """A run ended with NaN or infinite values in outputs or records. The message names
+    each one once, with the first step at which it appears, and the common causes
+    (infinite or NaN inputs, a parameter that makes the equations diverge)."""

@@ -39,6 +39,7 @@ __all__ = [
     "check_nesting",
     "describe_duplicates",
     "duplicate_edges",
+    "check_dotted_names",
     "check_structure",
     "conv_args",
     "padding_arg",
@@ -177,8 +178,7 @@ def describe_duplicates(found: Mapping[str, list[tuple[str, str]]]) -> str:
 
 def check_structure(graph: nir.NIRGraph, path: str = "") -> None:
     """Check that the graph can be evaluated: valid edges, an Input, nothing feeding an
-    Input, and node names whose dotted parts are non-empty and do not start with the
-    name of another node of the same graph (``lif.v`` beside ``lif``).
+    Input, and node names whose dotted parts are non-empty.
 
     Recurses into nested graphs. Raises :class:`MissingNodeError` or
     :class:`GraphStructureError`.
@@ -186,6 +186,28 @@ def check_structure(graph: nir.NIRGraph, path: str = "") -> None:
     check_edges(graph, path)
     for level, where in _levels(graph, path):
         _check_level(level, where)
+
+
+def check_dotted_names(graph: nir.NIRGraph, path: str = "") -> None:
+    """Refuse (:class:`GraphStructureError`) a node name that starts with the name of
+    another node of its graph and a dot (``lif.v`` beside a LIF ``lif``, ``a.b`` beside
+    a subgraph ``a``): a built module's records, states and module paths use the dot to
+    separate a node from what it holds, so the two would be confused. Legal NIR, so
+    files with such names are read, written and bridged; only a build refuses them."""
+    for level, where in _levels(graph, path):
+        nodes = level.nodes
+        for name in nodes:
+            segments = name.split(".")
+            for end in range(1, len(segments)):
+                owner = ".".join(segments[:end])
+                if owner in nodes:
+                    kind = "subgraph" if isinstance(nodes[owner], nir.NIRGraph) else "node"
+                    raise GraphStructureError(
+                        f"node name {name!r} starts with {owner!r}, the name of another {kind} of the "
+                        f"same graph{_where(where)}: a dot separates a node from what it holds in records, "
+                        f"states and module paths, so {name!r} would be read as part of {owner!r}. "
+                        f"Rename one of them (say {name.replace('.', '_')!r})"
+                    )
 
 
 def _check_level(graph: nir.NIRGraph, path: str) -> None:
@@ -214,16 +236,6 @@ def _check_level(graph: nir.NIRGraph, path: str) -> None:
                 raise GraphStructureError(
                     f"node name {sub_path!r} has an empty segment between dots; "
                     "rename the node so that every dotted part is non-empty"
-                )
-        for end in range(1, len(segments)):
-            owner = ".".join(segments[:end])
-            if owner in nodes:
-                kind = "subgraph" if isinstance(nodes[owner], nir.NIRGraph) else "node"
-                raise GraphStructureError(
-                    f"node name {sub_path!r} starts with {owner!r}, the name of another {kind} of the "
-                    f"same graph{_where(path)}: a dot separates a node from what it holds in records, "
-                    f"states and module paths, so {name!r} would be read as part of {owner!r}. "
-                    f"Rename one of them (say {name.replace('.', '_')!r})"
                 )
 
 

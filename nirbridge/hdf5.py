@@ -29,8 +29,8 @@ import h5py
 import numpy as np
 from h5py import h5d, h5f, h5g, h5l, h5o, h5p, h5s
 
-from .errors import NirBridgeError, NirFileError
-from .limits import MAX_METADATA_NESTING, MAX_NESTING, check_memory
+from .errors import MemoryLimitError, NirBridgeError, NirFileError
+from .limits import MAX_METADATA_NESTING, MAX_NESTING, available, check_memory, human
 
 _FILTERS = {1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit", 6: "scaleoffset", 32000: "lzf"}
 _EXPANSION = 1100  # most bytes a stored byte may decompress to (deflate's limit is 1032)
@@ -482,6 +482,8 @@ def _read_image(source: Any, where: str, kind: str) -> bytes:
                 raise NirFileError(f"{where}: is opened in text mode; open it in binary mode ('rb')")
             pieces.append(bytes(piece))
             total += len(pieces[-1])
+    except MemoryError as error:
+        raise out_of_memory(where) from error
     except (OSError, ValueError, AttributeError) as error:
         raise NirFileError(f"{where}: cannot read: {error}") from error
     if total > limit:
@@ -494,6 +496,18 @@ def _read_image(source: Any, where: str, kind: str) -> bytes:
     if not total:
         raise NirFileError(f"{where}: is empty")
     return b"".join(pieces)
+
+
+def out_of_memory(where: str) -> MemoryLimitError:
+    """What a :class:`MemoryError` while reading ``where`` is: no sign of a corrupted
+    file (the reader bounds what a file may claim), but of too little memory free."""
+    free = available()
+    return MemoryLimitError(
+        f"{where}: ran out of memory while reading it"
+        + (f" ({human(free)} free now)" if free is not None else "")
+        + "; the file is readable, free memory (or read it on a larger machine)",
+        free=free or 0,
+    )
 
 
 def read_datasets(
@@ -526,6 +540,8 @@ def read_datasets(
         return {name: reader.dataset(members[name][1], members[name][0], rows) for name in names}
     except NirBridgeError:
         raise
+    except MemoryError as error:
+        raise out_of_memory(where) from error
     except (OSError, RuntimeError, KeyError, ValueError) as error:
         raise NirFileError(
             f"{where}: cannot read as {kind}; it is corrupted ({type(error).__name__}: {error})"

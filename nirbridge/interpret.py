@@ -148,6 +148,7 @@ def nir_to_torch(
     graph_utils.check_nesting(graph, "nir_to_torch")
     if isinstance(graph, nir.NIRGraph):
         graph_utils.check_edges(graph)
+        graph_utils.check_dotted_names(graph)
         duplicates = graph_utils.duplicate_edges(graph)
         if duplicates:
             warnings.warn(graph_utils.describe_duplicates(duplicates), RepairWarning, stacklevel=2)
@@ -158,6 +159,7 @@ def nir_to_torch(
     )
 
     _check_time_constants(graph, dt)
+    _check_nested_dt(graph, dt)
     if isinstance(graph, nir.NIRGraph) and nir.NIRGraph not in merged:
         _check_supported(graph, merged)
         the_plan = graph_utils.plan(graph)
@@ -167,6 +169,7 @@ def nir_to_torch(
         module: torch.nn.Module = _build(graph, the_plan, shapes, merged, dt, "")
         module.meta["nirbridge"]["dt"] = dt
         module.meta["nirbridge"]["dt_assumed"] = assumed  # for the hint of a SilentNetworkWarning
+        module.meta["nirbridge"]["allow_negative_tau"] = bool(allow_negative_tau)  # for load_state_dict
     else:
         if isinstance(graph, _STRUCTURAL):
             raise NirBridgeError(
@@ -315,6 +318,30 @@ def _metadata_dt(graph: nir.NIRNode) -> Any:
     """``graph.metadata["dt"]`` as stored, or None."""
     metadata = getattr(graph, "metadata", None)
     return metadata.get("dt") if isinstance(metadata, Mapping) else None
+
+
+def _check_nested_dt(graph: nir.NIRNode, dt: float) -> None:
+    """Warn (:class:`DtWarning`) of subgraphs that record another dt than the one the
+    whole module steps at: a module has one time step, so theirs is not used."""
+    other = []
+    stack = [(node, name) for name, node in getattr(graph, "nodes", {}).items()]
+    while stack:
+        node, label = stack.pop()
+        if not isinstance(node, nir.NIRGraph):
+            continue
+        recorded = _metadata_dt(node)
+        if recorded is not None and (
+            _valid_dt(recorded) is None or not math.isclose(_valid_dt(recorded), dt)
+        ):
+            other.append(f"{label!r} records dt = {recorded!r}")
+        stack.extend((child, f"{label}.{name}") for name, child in node.nodes.items())
+    if other:
+        warnings.warn(
+            f"subgraph {', '.join(sorted(other))}, but the module steps every node at dt = {dt:g} s; "
+            "a module has one time step, so give the subgraphs the graph's dt (or pass dt=)",
+            DtWarning,
+            stacklevel=3,
+        )
 
 
 def _valid_dt(value: Any) -> float | None:
@@ -519,13 +546,23 @@ class NIRGraphModule(fx.GraphModule):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         names = self.meta.get("nirbridge", {}).get("arguments")
-        if names is not None and (len(args) > len(names) or (kwargs and kwargs.keys() - set(names))):
+        if names is not None and (kwargs or not len(names) - 1 <= len(args) <= len(names)):
+            given = set(names[: len(args)])
             extra = sorted(kwargs.keys() - set(names))
-            raise InputError(
-                f"this module takes the arguments ({', '.join(names)}), got {len(args)} positional "
-                f"argument(s){' and ' + ', '.join(extra) if extra else ''}; call it as "
-                "out, state = gm(*inputs, state)"
-            )
+            twice = sorted(given & kwargs.keys())
+            missing = [n for n in names if n != "state" and n not in given and n not in kwargs]
+            if len(args) > len(names) or extra or twice or missing:
+                problem = (
+                    f"{', '.join(twice)} given both by position and by name"
+                    if twice
+                    else f"no value for input(s) {', '.join(missing)}"
+                    if missing and not extra and len(args) <= len(names)
+                    else f"{len(args)} positional argument(s)" + (f" and {', '.join(extra)}" if extra else "")
+                )
+                raise InputError(
+                    f"this module takes the arguments ({', '.join(names)}), got {problem}; call it as "
+                    "out, state = gm(*inputs, state)"
+                )
         if _precision.active() is not None or _is_compiling():
             return super().__call__(*args, **kwargs)
         reference = self.__dict__["_buffers"].get(_DTYPE)
@@ -547,6 +584,18 @@ class NIRGraphModule(fx.GraphModule):
             return super()._apply(fn, recurse)
         finally:
             _CASTING.reset(token)
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> Any:
+        """torch's ``load_state_dict``, once every tensor fits: a shape other than the
+        parameter's, NaN or infinity, a value the module's dtype holds as 0 or infinity,
+        or a time constant of 0 or below (unless built with ``allow_negative_tau=True``)
+        is refused with a :class:`ParameterError` naming the key and its node, before
+        anything is loaded."""
+        if isinstance(state_dict, Mapping):
+            _check_loaded(self, state_dict)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def __getattr__(self, name: str) -> Any:
         modules = self.__dict__.get("_modules")
@@ -583,8 +632,8 @@ def _check_cast(module: fx.GraphModule, fn: Callable[[torch.Tensor], torch.Tenso
         if key not in targets:
             targets[key] = fn(torch.empty(0, dtype=tensor.dtype, device=tensor.device)).dtype
         target = targets[key]
-        if target == tensor.dtype or not target.is_floating_point:
-            continue
+        if not target.is_floating_point or torch.promote_types(tensor.dtype, target) == target:
+            continue  # the same dtype, or a wider one: every value kept
         values = tensor.detach()
         cast = values.to(target)
         lost = (values != 0) & torch.isfinite(values) & ((cast == 0) | ~torch.isfinite(cast))
@@ -598,6 +647,51 @@ def _check_cast(module: fx.GraphModule, fn: Callable[[torch.Tensor], torch.Tenso
                 f"{where} holds {value:.4g}, which {target} holds as {becomes}: the module would compute "
                 f"with it. Keep {tensor.dtype}, or fix the value first; nothing was changed"
             )
+
+
+def _node_of(module: fx.GraphModule, key: str) -> str:
+    """``key`` (a state_dict key) and the node whose module holds it."""
+    paths = module.meta.get("nirbridge", {}).get("module_paths", {})
+    owner = key.rsplit(".", 1)[0]
+    node = next((n for n, p in sorted(paths.items(), key=lambda i: -len(i[1])) if owner.startswith(p)), None)
+    return f"{key} (node {node!r})" if node is not None else key
+
+
+def _check_loaded(module: fx.GraphModule, state_dict: Mapping[str, Any]) -> None:
+    """What :meth:`NIRGraphModule.load_state_dict` refuses, checked before loading."""
+    own = module.state_dict(keep_vars=True)
+    negative_ok = module.meta.get("nirbridge", {}).get("allow_negative_tau", False)
+    for key, value in state_dict.items():
+        mine = own.get(key)
+        if mine is None or not isinstance(value, torch.Tensor) or not isinstance(mine, torch.Tensor):
+            continue  # torch reports unexpected keys and non-tensors itself
+        where = _node_of(module, key)
+        if value.shape != mine.shape:
+            raise ParameterError(
+                f"load_state_dict: {where} has shape {tuple(value.shape)}, but the module's is "
+                f"{tuple(mine.shape)}; give a tensor of that shape (or build the module from the graph "
+                "the weights belong to)"
+            )
+        if not (value.is_floating_point() and mine.is_floating_point()) or value.numel() == 0:
+            continue
+        values = value.detach()
+        if not bool(torch.isfinite(values).all()):
+            raise ParameterError(
+                f"load_state_dict: {where} holds NaN or infinity; the equations are meaningless there"
+            )
+        cast = values.to(mine.dtype)
+        if bool(((values != 0) & ((cast == 0) | ~torch.isfinite(cast))).any()):
+            raise ParameterError(
+                f"load_state_dict: {where} holds a value that the module's {mine.dtype} holds as 0 or "
+                "infinity; fix the value, or convert the module to a wider dtype first"
+            )
+        if key.rsplit(".", 1)[-1] in validate.TIME_CONSTANTS:
+            if bool((values == 0).any()) or (not negative_ok and bool((values < 0).any())):
+                raise ParameterError(
+                    f"load_state_dict: {where} is {float(values.min()):.4g} s at its smallest; a time "
+                    "constant must be above 0 s"
+                    + ("" if negative_ok else " (build with allow_negative_tau=True to load one below 0)")
+                )
 
 
 def _with_meta(rebuild: Callable[..., fx.GraphModule], arguments: tuple, meta: dict) -> fx.GraphModule:

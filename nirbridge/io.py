@@ -63,7 +63,7 @@ from .errors import (
     RepairWarning,
     UnknownNodeTypeError,
 )
-from .hdf5 import Reader, Source, file_kind, os_reason
+from .hdf5 import Reader, Source, file_kind, os_reason, out_of_memory
 from .limits import MAX_METADATA_NESTING, MAX_NESTING
 
 __all__ = ["NirFile", "load", "read", "write"]
@@ -290,6 +290,8 @@ def load(source: PathOrFile, *, check: bool = True) -> NirFile:
         tree = root["node"]
     except NirBridgeError:
         raise
+    except MemoryError as error:
+        raise out_of_memory(where) from error
     except Exception as error:
         problem = f"{type(error).__name__}: {error}"
         raise NirFileError(

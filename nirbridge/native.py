@@ -58,6 +58,7 @@ import torch
 from torch import nn
 
 from .errors import NirBridgeError, ParameterError
+from .limits import check_memory
 from .state import State, StateError
 
 __all__ = [
@@ -399,8 +400,9 @@ def plan(module: nn.Module) -> NativePlan:
     if unknown:
         more = " ..." if len(unknown) > 5 else ""
         raise NativeModelError(
-            f"{name}: nirbridge.run cannot tell whether {', '.join(unknown[:5])}{more} keep state between "
-            f"calls or mix the rows of a batch. {_wrap_hint('model')}"
+            f"{name}: nirbridge.run cannot tell whether {', '.join(unknown[:5])}{more} "
+            f"{'keeps' if len(unknown) == 1 else 'keep'} state between calls or "
+            f"{'mixes' if len(unknown) == 1 else 'mix'} the rows of a batch. {_wrap_hint('model')}"
         )
     return NativePlan(model, "stateless", False, (), **common)
 
@@ -770,12 +772,17 @@ def _loop(
     outputs: list[torch.Tensor] = []
     spiking = False
     for t in range(steps):
-        if native.form == "state":
-            out, state = _pair(model(x[t], state=state), name)
-        elif native.form == "arguments":
-            out, state = _split(model(x[t], *(state or ())), native.arguments, name)
-        else:
-            out = _first(model(x[t]))
+        try:
+            if native.form == "state":
+                out, state = _pair(model(x[t], state=state), name)
+            elif native.form == "arguments":
+                out, state = _split(model(x[t], *(state or ())), native.arguments, name)
+            else:
+                out = _first(model(x[t]))
+        except Exception as error:
+            if not isinstance(error, NirBridgeError):
+                error.add_note(f"nirbridge: at step {t}")
+            raise
         if not isinstance(out, torch.Tensor):
             raise NativeModelError(
                 f"{name} returned {type(out).__name__} at step {t}, not a tensor. {_wrap_hint('model')}"
@@ -799,6 +806,12 @@ def _loop(
                     f"{name} returned {list(out.shape)} for one step of a batch of {batch}; run takes time "
                     f"first [T, B, ...] and calls forward once per step. {_wrap_hint('model')}"
                 )
+            check_memory(  # the steps' outputs, then stacked into one tensor
+                2 * steps * out.numel() * out.element_size(),
+                f"the output of {name} over {steps} steps ({list(out.shape)} per step)",
+                "run fewer steps per call and pass the state on, or a smaller batch",
+                out.device,
+            )
         outputs.append(out)
         if on_step is not None:
             on_step(1)

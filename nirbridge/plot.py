@@ -8,7 +8,7 @@ matplotlib's constrained layout, so a plain ``figure.savefig(path)`` keeps every
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -166,12 +166,29 @@ def _threshold_lines(result: Run, key: str, chosen: list[int], ax: Any) -> str:
     return ""
 
 
+def _neurons(neurons: Any) -> int | list[int]:
+    """``neurons=`` as a count or a list of indices, or a :class:`ParameterError`."""
+    whole = (int, np.integer)
+    if isinstance(neurons, whole) and not isinstance(neurons, bool):
+        if neurons < 1:
+            raise ParameterError(f"plot(neurons={neurons!r}): draw at least 1 neuron")
+        return int(neurons)
+    if isinstance(neurons, (str, bytes)) or not isinstance(neurons, Iterable):
+        raise ParameterError(
+            f"plot(neurons={neurons!r}): give how many neurons to draw (8) or their indices ([0, 5, 9])"
+        )
+    chosen = list(neurons)
+    if not chosen or not all(isinstance(n, whole) and not isinstance(n, bool) for n in chosen):
+        raise ParameterError(f"plot(neurons={neurons!r}): give neuron indices as whole numbers, at least one")
+    return [int(n) for n in chosen]
+
+
 def _draw_traces(result: Run, key: str, sample: int, neurons: Sequence[int] | int, ax: Any) -> None:
     data = _series(result, key, sample)
     chosen = list(range(min(neurons, data.shape[1]))) if isinstance(neurons, int) else list(neurons)
     bad = [n for n in chosen if not 0 <= n < data.shape[1]]
     if bad:
-        raise NirBridgeError(f"neurons {bad} are out of range for {key!r}, which has {data.shape[1]}")
+        raise ParameterError(f"plot: neurons {bad} are out of range for {key!r}, which has {data.shape[1]}")
     time = np.arange(data.shape[0]) * _step(result)
     lines = [ax.plot(time, data[:, n], linewidth=0.8, label=str(n))[0] for n in chosen]
     before = len(ax.get_lines())
@@ -205,6 +222,9 @@ def plot(result: Run, *keys: str, sample: int = 0, neurons: Sequence[int] | int 
     one per distinct value, labelled with its neurons (more than 8 distinct values are
     named in the title instead).
     """
+    neurons = _neurons(neurons)
+    if isinstance(sample, bool) or not isinstance(sample, (int, np.integer)):
+        raise ParameterError(f"plot(sample={sample!r}): give the index of a sample of the batch")
     plt = _pyplot()
     keys = keys or tuple(result.records) or ("output",)
     figure, axes = plt.subplots(

@@ -25,12 +25,14 @@ import torch
 
 from .checks import (
     check_delayed,
+    check_integers,
     check_keys,
     check_state_tensors,
     check_types,
     holds,
     rounding_problem,
     state_type_name,
+    tensor_kind_problem,
 )
 from .engine import Backend, backend_for
 from .engine import precision as _precision
@@ -46,7 +48,7 @@ from .engine.schedule import (
     run_bytes,
     step_bytes,
 )
-from .errors import InputError, ParameterError, SilentNetworkWarning
+from .errors import InputError, NirBridgeError, NonFiniteWarning, ParameterError, SilentNetworkWarning
 from .limits import check_memory
 from .state import NODES, State, StateError, unpack_state
 from .text import printable
@@ -319,8 +321,10 @@ def run(
     _check_state(level, state, "state", batch, torch.empty(0, dtype=dtype, device=device))
     request = _request(level, record)
     _check_flags(compile=compile, bool_spikes=bool_spikes, progress=progress)
-    if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
-        raise ParameterError(f"run(chunk={chunk!r}): give a whole number of time steps, at least 1")
+    if chunk is not None:
+        if isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+            raise ParameterError(f"run(chunk={chunk!r}): give a whole number of time steps, at least 1")
+        chunk = int(chunk)  # numpy integers too
     _precision.check(precision, "run")
     if compile and backend not in ("auto", "compile"):
         raise ParameterError(f"run(compile=True, backend={backend!r}): compile=True is backend='compile'")
@@ -356,7 +360,7 @@ def run(
             "call and pass the state on, or run under torch.no_grad() when no gradient is needed",
             device,
         )
-    collector = _Collector(steps, need_grad, bool_spikes)
+    collector = _Collector(steps, need_grad, bool_spikes, estimated=level is not None)
     known = step_bytes(level, batch, dtype.itemsize) if level is not None else None
     length = chunk or (chunk_length(known, batch, steps) if known is not None else min(steps, _FIRST_CHUNK))
     shortest = 2 if chosen == "compile" and chunk is None else 1  # compiled chunks take 2 steps or more
@@ -368,7 +372,12 @@ def run(
             while start < steps:
                 stop = min(steps, start + length)
                 xs = {name: _cast(seq[start:stop], dtype, device) for name, seq in sequences.items()}
-                outputs, state, recorded, largest = stepper(xs, state)
+                try:
+                    outputs, state, recorded, largest = stepper(xs, state)
+                except Exception as error:
+                    if not isinstance(error, NirBridgeError):
+                        error.add_note(f"nirbridge: in steps {start} to {stop - 1}")
+                    raise
                 for (path, var), value in recorded.items():
                     spikes = var is None and spike_types.get(path) in SPIKING
                     collector.add((path, var), value, start, spikes)
@@ -387,6 +396,7 @@ def run(
     result = _assemble(collector, level, spike_types, state, built_dt)
     result.thresholds = _thresholds(module, result)
     _warn_silent(result, module, steps)
+    _warn_nonfinite(result, sequences)
     return result
 
 
@@ -484,6 +494,14 @@ def _run_native(
             f"refuse or round it. Pass x.to({dtype}), or convert the model (model.to({x.dtype}))"
         )
     steps = _check_inputs(module, None, {"input": x}, dtype)
+    if x.dtype != dtype or x.device != device:
+        check_memory(
+            x.numel() * torch.empty(0, dtype=dtype).element_size(),
+            f"the input {list(x.shape)} as {dtype} on {device}",
+            f"pass it as {dtype} on {device}, run fewer steps per call and pass the state on, "
+            "or a smaller batch",
+            device,
+        )
     x = _cast(x, dtype, device)
     bar = _progress(progress, steps)
     try:
@@ -517,6 +535,7 @@ def _run_native(
         unrecorded=native.unrecorded,
     )
     _warn_silent(result, module, steps)
+    _warn_nonfinite(result, sequences)
     return result
 
 
@@ -627,8 +646,8 @@ def _inputs(inputs: Any, names: list[str]) -> dict[str, torch.Tensor]:
                 f"the graph has {len(names)} Input nodes {names}; pass a dict {{name: [T, B, ...]}} "
                 "or a sequence of tensors in that order"
             )
-        return {names[0]: inputs}
-    if isinstance(inputs, Mapping):
+        chosen = {names[0]: inputs}
+    elif isinstance(inputs, Mapping):
         unexpected = sorted(set(map(str, inputs)) - set(names))
         missing = [n for n in names if n not in inputs]
         if unexpected or missing:
@@ -650,6 +669,9 @@ def _inputs(inputs: Any, names: list[str]) -> dict[str, torch.Tensor]:
     for name, value in chosen.items():
         if not isinstance(value, torch.Tensor):
             raise InputError(f"input {name!r} must be a torch.Tensor [T, B, ...], got {type(value).__name__}")
+        unusable = tensor_kind_problem(value)
+        if unusable:
+            raise InputError(f"input {name!r} is {unusable}")
     return chosen
 
 
@@ -669,10 +691,12 @@ def _check_inputs(
         shape = _declared_shape(io_nodes.get(name))
         if x.dim() < 2 or (shape is not None and tuple(x.shape[2:]) != shape):
             raise InputError(_sequence_problem(name, tuple(x.shape), shape))
-        if x.is_floating_point() and not holds(dtype, x.dtype):
+        if not holds(dtype, x.dtype) and not x.is_complex():
             takers = _own_takers(module, level, name)
-            if takers is None or takers:
+            if (takers is None or takers) and x.is_floating_point():
                 raise InputError(rounding_problem(name, x.dtype, dtype, takers or ()))
+            if not x.is_floating_point():
+                check_integers(name, x, dtype, takers or ())
         if x.is_complex():
             raise InputError(f"input {name!r} is complex ({x.dtype}); pass real values")
         if x.layout != torch.strided or x.is_meta:
@@ -912,6 +936,32 @@ def _warn_silent(result: Run, module: Any, steps: int) -> None:
     )
 
 
+def _warn_nonfinite(result: Run, inputs: Mapping[str, torch.Tensor]) -> None:
+    """One :class:`NonFiniteWarning` naming every output and record that holds NaN or
+    infinity, with the first step where it does, and whether the inputs held any."""
+    found = []
+    for key, (value, _) in result.series().items():
+        if not value.is_floating_point() or not value.numel():
+            continue
+        bad = ~torch.isfinite(value.detach()).reshape(value.shape[0], -1).all(dim=1)
+        if bool(bad.any()):
+            name = repr(key) if key in result.records else f"output {_output_name(result, key)!r}"
+            found.append(f"{name} from step {int(bad.nonzero()[0])}")
+    if not found:
+        return
+    fed = [n for n, x in inputs.items() if x.is_floating_point() and not bool(torch.isfinite(x).all())]
+    cause = (
+        f"the input {', '.join(map(repr, fed))} holds NaN or infinity, which the neurons carry on"
+        if fed
+        else "no input held any: a parameter or the time step makes the equations diverge"
+    )
+    warnings.warn(
+        f"nirbridge.run: NaN or infinity in {', '.join(found)}; {cause}",
+        NonFiniteWarning,
+        stacklevel=3,
+    )
+
+
 def _output_name(result: Run, key: str) -> str:
     """The Output node's name behind a :meth:`Run.series` key (``"output"``, ``"output:<name>"``)."""
     if key.startswith("output:"):
@@ -964,8 +1014,9 @@ class _Collector:
     """Whole-run buffers for chunk results: preallocated once and filled in place, or,
     when gradients must flow, kept as chunks and concatenated at the end."""
 
-    def __init__(self, steps: int, need_grad: bool, bool_spikes: bool) -> None:
+    def __init__(self, steps: int, need_grad: bool, bool_spikes: bool, estimated: bool = False) -> None:
         self.steps, self.need_grad, self.bool_spikes = steps, need_grad, bool_spikes
+        self.estimated = estimated  # run checked the whole run's memory; else each buffer is
         self.buffers: dict[Any, torch.Tensor] = {}
         self.pieces: dict[Any, list[torch.Tensor]] = {}
         self.aliases: dict[Any, Any] = {}
@@ -984,6 +1035,15 @@ class _Collector:
             return
         buffer = self.buffers.get(key)
         if buffer is None:
+            if not self.estimated:
+                check_memory(
+                    self.steps * value[:1].numel() * value.element_size(),
+                    f"{'the output' if key == ('', 'output') else f'record {key[0] or key[1]!r}'} over "
+                    f"T = {self.steps} steps ({list(value.shape[1:])} per step)",
+                    "run fewer steps or a smaller batch per call and pass the state on, or record fewer "
+                    "nodes",
+                    value.device,
+                )
             buffer = value.new_empty((self.steps, *value.shape[1:]))
             self.buffers[key] = buffer
         buffer[start : start + value.shape[0]] = value
@@ -1008,8 +1068,8 @@ def _cast(x: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Te
     narrower floats are cast; a wider float reaches only the user's modules (``_check_inputs``)."""
     if x.device != device:
         x = x.to(device, non_blocking=True)
-    if x.dtype != dtype and holds(dtype, x.dtype):
-        x = x.to(dtype)
+    if x.dtype != dtype and (holds(dtype, x.dtype) or not (x.is_floating_point() or x.is_complex())):
+        x = x.to(dtype)  # integers were checked against the float's exact range (_check_inputs)
     return x
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
-from .verify import Report, verify
+from .verify import Report, VerifyError, verify
 
 __all__ = ["assert_equivalent"]
 
@@ -15,6 +16,13 @@ def assert_equivalent(reference: Any, candidate: Any, inputs: Any, **options: An
     proves nothing) unless ``allow_silent=True``, and returns the report when they
     agree. ``options`` are :func:`nirbridge.verify`'s keywords (``atol``, ``rtol``,
     ``record``, ``state``, ``dt``, ``allow_negative_tau``, ``allow_silent``, ``layers``)."""
+    known = set(inspect.signature(verify).parameters) - {"reference", "candidate", "inputs"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise VerifyError(
+            f"assert_equivalent: unknown keyword(s) {', '.join(unknown)}; it takes verify's: "
+            + ", ".join(sorted(known))
+        )
     report = verify(reference, candidate, inputs, **options)
     if not report.ok:
         raise AssertionError(str(report))

@@ -326,6 +326,14 @@ def export(
     modules whose ``forward`` has a ``state`` parameter and modules built by
     :func:`nirbridge.nir_to_torch` do. ``concrete_args`` fixes ``forward`` arguments.
     """
+    if not isinstance(module, nn.Module):
+        hint = (
+            "; build the model and load its weights first (model.load_state_dict(torch.load(path)))"
+            if isinstance(module, (str, os.PathLike))
+            else ""
+        )
+        shown = f"{module!r:.80}"
+        raise ParameterError(f"export takes a torch.nn.Module, got {type(module).__name__} {shown}{hint}")
     if dt is not None:
         dt = check_dt(dt, "torch_to_nir(dt=...)")
     exporter = _Exporter(dict(the_map), stateful or _is_stateful, dict(concrete_args or {}))

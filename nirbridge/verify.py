@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -271,13 +272,21 @@ def verify(
         SilentNetworkWarning: spike comparisons in which neither side spikes, named.
     """
     for name, value in (("atol", atol), ("rtol", rtol)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise VerifyError(f"verify({name}={value!r}): give the tolerance as a number, 0 or more")
+        if not 0 <= float(value) < math.inf:
             raise VerifyError(
                 f"verify({name}={value!r}): give a finite tolerance of 0 or more (NaN would let every "
                 "value pass)"
             )
+    atol, rtol = float(atol), float(rtol)
     if not isinstance(allow_silent, bool):
         raise VerifyError(f"verify(allow_silent={allow_silent!r}): give True or False")
+    if state is not None and not (isinstance(state, (tuple, list)) and len(state) == 2):
+        raise VerifyError(
+            f"verify(state=...) takes (reference_state, candidate_state), got {type(state).__name__}; "
+            "pass None to start both fresh"
+        )
     states = state if state is not None else (None, None)
     if isinstance(candidate, str) and candidate in BACKENDS:  # a file called so: pass a Path
         candidate = _build_with(candidate, reference, dt, allow_negative_tau)
@@ -294,15 +303,27 @@ def verify(
     runs = []
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", SilentNetworkWarning)  # said once below, for both runs
-        for side, native, start in zip(sides, natives, states):
-            if native:
-                wanted = "outputs" if record not in ((), []) else ()
-                result = _run_native(side, inputs, state=start, record=wanted, layers=layers)
-                if wanted and not isinstance(record, str):  # node paths: those of them it has
-                    keep = set(record)
-                    result.records = {k: v for k, v in result.records.items() if k in keep}
-            else:
-                result = run(side, inputs, record=record, state=start, progress=False)
+        for which, side, native, start in zip(("reference", "candidate"), sides, natives, states):
+            try:
+                if native:
+                    wanted = "outputs" if record not in ((), []) else ()
+                    result = _run_native(side, inputs, state=start, record=wanted, layers=layers)
+                    if wanted and not isinstance(record, str):  # node paths: those of them it has
+                        keep = set(record)
+                        result.records = {k: v for k, v in result.records.items() if k in keep}
+                else:
+                    result = run(side, inputs, record=record, state=start, progress=False)
+            except NirBridgeError as error:
+                error.add_note(f"nirbridge.verify: while running the {which} ({type(side).__name__})")
+                raise
+            except Exception as error:
+                notes = [n.removeprefix("nirbridge: ") for n in getattr(error, "__notes__", [])]
+                where = " ".join(n for n in notes if n.startswith(("at step", "in steps")))
+                raise VerifyError(
+                    f"the {which} ({type(side).__name__}) raised {type(error).__name__}"
+                    + (f" {where}" if where else "")
+                    + f": {error}"
+                ) from error
             runs.append(result)
     ref, cand = runs
     steps = _steps(ref)

@@ -387,15 +387,13 @@ def holds(dtype: torch.dtype, other: torch.dtype) -> bool:
 
 def tensor_kind_problem(x: torch.Tensor) -> str | None:
     """What makes ``x`` no input a step can take, with the fix, or ``None``: a sparse,
-    nested, quantized or meta tensor."""
+    nested or quantized tensor (a meta tensor is named where its device is checked)."""
     if x.is_nested:
         return "a nested tensor (rows of different lengths); pad them to one length (x.to_padded_tensor(0))"
     if x.is_quantized:
         return f"a quantized tensor ({x.dtype}); pass x.dequantize()"
     if x.layout != torch.strided:
         return f"a {x.layout} tensor; pass a dense one (x.to_dense())"
-    if x.is_meta:
-        return "a meta tensor (no data); pass a tensor with data"
     return None
 
 

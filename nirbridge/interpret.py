@@ -666,7 +666,11 @@ def _check_loaded(module: fx.GraphModule, state_dict: Mapping[str, Any]) -> None
         if mine is None or not isinstance(value, torch.Tensor) or not isinstance(mine, torch.Tensor):
             continue  # torch reports unexpected keys and non-tensors itself
         where = _node_of(module, key)
-        if value.shape != mine.shape:
+        try:  # a neuron broadcasts a shared value (a scalar tau) over its neurons
+            fits = torch.broadcast_shapes(value.shape, mine.shape) == mine.shape
+        except RuntimeError:
+            fits = False
+        if not fits:
             raise ParameterError(
                 f"load_state_dict: {where} has shape {tuple(value.shape)}, but the module's is "
                 f"{tuple(mine.shape)}; give a tensor of that shape (or build the module from the graph "

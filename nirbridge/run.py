@@ -587,7 +587,8 @@ def records_to_graph_data(
             node = graph.nodes[leaf] = nir.NIRNodeData(observables={})
         array = value.detach().cpu()
         steps, batch = array.shape[0], array.shape[1]
-        grid = array.reshape(steps, batch, -1).transpose(0, 1).numpy()  # (B, T, neurons)
+        neurons = math.prod(array.shape[2:])  # not -1: a batch of 0 leaves it ambiguous
+        grid = array.reshape(steps, batch, neurons).transpose(0, 1).numpy()  # (B, T, neurons)
         if key in spiking:
             node.observables[observable] = _events(grid != 0, dt)
         else:
@@ -599,7 +600,7 @@ def _events(spikes: np.ndarray, dt: float) -> nir.EventData:
     """Spikes ``(B, T, neurons)`` as EventData: events in time order (neuron order
     within a step), ``time = step * dt``, padded with index -1 and time inf."""
     samples, steps, neurons = spikes.shape
-    counts = spikes.reshape(samples, -1).sum(axis=1)
+    counts = spikes.reshape(samples, steps * neurons).sum(axis=1)
     width = int(counts.max()) if samples else 0
     idx = np.full((samples, width), -1, dtype=np.int64)
     time = np.full((samples, width), np.inf)

@@ -310,6 +310,20 @@ def merge_maps(
     return merged
 
 
+def require_module(module: Any, caller: str) -> None:
+    """Raise :class:`ParameterError` unless ``module`` is a ``torch.nn.Module``; a path
+    is told to be loaded first."""
+    if isinstance(module, nn.Module):
+        return
+    hint = (
+        "; build the model and load its weights first (model.load_state_dict(torch.load(path)))"
+        if isinstance(module, (str, os.PathLike))
+        else ""
+    )
+    shown = f"{module!r:.80}"
+    raise ParameterError(f"{caller} takes a torch.nn.Module, got {type(module).__name__} {shown}{hint}")
+
+
 def export(
     module: nn.Module,
     the_map: ModuleMap,
@@ -326,14 +340,7 @@ def export(
     modules whose ``forward`` has a ``state`` parameter and modules built by
     :func:`nirbridge.nir_to_torch` do. ``concrete_args`` fixes ``forward`` arguments.
     """
-    if not isinstance(module, nn.Module):
-        hint = (
-            "; build the model and load its weights first (model.load_state_dict(torch.load(path)))"
-            if isinstance(module, (str, os.PathLike))
-            else ""
-        )
-        shown = f"{module!r:.80}"
-        raise ParameterError(f"export takes a torch.nn.Module, got {type(module).__name__} {shown}{hint}")
+    require_module(module, "export")
     if dt is not None:
         dt = check_dt(dt, "torch_to_nir(dt=...)")
     exporter = _Exporter(dict(the_map), stateful or _is_stateful, dict(concrete_args or {}))

@@ -36,7 +36,7 @@ import nir
 import torch
 
 from .engine.schedule import is_built, level_of
-from .errors import NirBridgeError, SilentNetworkWarning
+from .errors import NirBridgeError, NonFiniteWarning, SilentNetworkWarning
 from .run import Run, _module, _native, _run_native, run, silence_hint
 from .text import printable
 
@@ -303,6 +303,7 @@ def verify(
     runs = []
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", SilentNetworkWarning)  # said once below, for both runs
+        warnings.simplefilter("ignore", NonFiniteWarning)  # the comparison names NaN and inf itself
         for which, side, native, start in zip(("reference", "candidate"), sides, natives, states):
             try:
                 if native:
@@ -317,6 +318,8 @@ def verify(
                 error.add_note(f"nirbridge.verify: while running the {which} ({type(side).__name__})")
                 raise
             except Exception as error:
+                if isinstance(error, Warning):  # a warning the caller turned into an error
+                    raise
                 notes = [n.removeprefix("nirbridge: ") for n in getattr(error, "__notes__", [])]
                 where = " ".join(n for n in notes if n.startswith(("at step", "in steps")))
                 raise VerifyError(

@@ -4,6 +4,8 @@ deep inside or a silently different answer."""
 
 from __future__ import annotations
 
+import warnings
+
 import nir
 import numpy as np
 import pytest
@@ -441,3 +443,60 @@ def test_extra_arguments_to_a_module_call_are_named(gm):
         gm(torch.zeros(1, 12), None, None)
     with pytest.raises(nirbridge.InputError, match=r"and spikes"):
         gm(torch.zeros(1, 12), spikes=1)
+
+
+def test_integers_the_modules_float_would_round_are_refused_like_wider_floats():
+    """int64 inputs above 2^24 were cast to float32 silently while float64 was refused:
+    one rule now, a value is cast only where the module's dtype holds it exactly."""
+    gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-4)
+    exact = torch.full((2, 12), 2**24, dtype=torch.int64)
+    assert gm(exact)[0].shape == (2, 7)  # 2^24 is a float32
+    for dtype in (torch.int64, torch.int32):
+        big = torch.full((2, 12), 2**24 + 1, dtype=dtype)
+        with pytest.raises(
+            nirbridge.InputError, match=r"holds 16777217, but node 'fc1' computes in torch.float32"
+        ):
+            gm(big)
+        with pytest.raises(nirbridge.InputError, match="holds integers exactly only up to 16777216"):
+            nirbridge.run(gm, big[None])
+    double = nirbridge.nir_to_torch(BRAILLE, dt=1e-4, dtype=torch.float64)
+    assert double(torch.full((2, 12), 2**24 + 1))[0].dtype == torch.float64  # float64 holds it
+    half = nirbridge.nir_to_torch(BRAILLE, dt=1e-4, dtype=torch.float16)
+    with pytest.raises(nirbridge.InputError, match="only up to 2048"):
+        half(torch.full((2, 12), 4097, dtype=torch.int16))
+    assert half(torch.ones(2, 12, dtype=torch.int8))[0].dtype == torch.float16  # int8 always fits
+    for unsigned in (torch.uint16, torch.uint32, torch.uint64):  # torch has no max() for these
+        assert nirbridge.run(gm, torch.ones(3, 2, 12, dtype=unsigned)).output.dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda x: torch.nested.nested_tensor([x[0], x[1, :6]]), "nested tensor"),
+        (lambda x: torch.quantize_per_tensor(x, 0.5, 0, torch.quint8), "quantized tensor"),
+        (lambda x: x.to_sparse(), "sparse"),
+    ],
+)
+def test_tensors_a_step_cannot_take_are_named(make, says):
+    gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-4)
+    x, sequence = torch.rand(2, 12), torch.rand(4, 2, 12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch: nested and quantized tensors are prototypes
+        one, many = make(x), make(sequence) if says != "nested tensor" else make(sequence.transpose(0, 1))
+    with pytest.raises(nirbridge.InputError, match=says):
+        gm(one)
+    with pytest.raises(nirbridge.InputError, match=says):
+        nirbridge.run(gm, many)
+
+
+def test_calls_that_do_not_fit_the_forwards_arguments_are_named():
+    gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-4)
+    x = torch.rand(2, 12)
+    with pytest.raises(nirbridge.InputError, match="no value for input"):
+        gm()
+    with pytest.raises(nirbridge.InputError, match="state given both by position and by name"):
+        gm(x, None, state=None)
+    with pytest.raises(nirbridge.InputError, match="3 positional"):
+        gm(x, None, None)
+    out, state = gm(x, state=None)  # by name is fine
+    assert gm(input=x, state=state)[0].shape == out.shape

@@ -792,3 +792,22 @@ def test_an_output_that_is_an_input_of_the_same_command_is_refused(tmp_path):
     assert result.exit_code == 1 and "give each output its own path" in result.output
     result = runner.invoke(main, ["draw", str(model), "-o", str(tmp_path / "g.dot")])
     assert result.exit_code == 0 and result.output.strip().endswith("g.dot (dot text)"), result.output
+
+
+def test_input_spikes_are_cast_by_the_same_rule_as_everywhere(tmp_path):
+    """The CLI rounded a float64 --input silently; integers and bools pass exactly."""
+    runner = CliRunner()
+    for name, data, ok in [
+        ("double.h5", np.full((4, 1, 12), 0.1), False),
+        ("ints.h5", np.ones((4, 1, 12), np.int64), True),
+        ("big.h5", np.full((4, 1, 12), 2**24 + 1, np.int64), False),
+        ("bools.h5", np.ones((4, 1, 12), bool), True),
+    ]:
+        with h5py.File(tmp_path / name, "w") as f:
+            f["input"] = data
+        result = runner.invoke(main, ["run", str(BRAILLE), "--dt", "1e-4", "--input", str(tmp_path / name)])
+        assert (result.exit_code == 0) == ok, (name, result.output)
+        if name == "double.h5":
+            assert "holds float64, but the network computes in float32" in result.output
+        if name == "big.h5":
+            assert "holds integers exactly only up to 16777216" in result.output

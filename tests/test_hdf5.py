@@ -5,6 +5,8 @@ and bounds memory before it is spent."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import tracemalloc
 import uuid
@@ -242,3 +244,26 @@ def test_fixed_width_strings_are_charged_before_they_are_decoded(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 50 << 20, peak
+
+
+def test_running_out_of_memory_while_reading_is_not_called_a_corrupted_file(tmp_path):
+    """Any MemoryError while reading used to be reported as a corrupted file."""
+    path = tmp_path / "big.nir"
+    graph = nir.NIRGraph.from_list(
+        nir.Input(np.array([4096])), nir.Linear(np.zeros((4096, 4096))), nir.Output(np.array([4096]))
+    )
+    nirbridge.write(path, graph)  # 128 MiB of float64 weights
+    script = f"""
+import resource, nirbridge
+size = int(next(l for l in open('/proc/self/status') if l.startswith('VmSize')).split()[1]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + (32 << 20), resource.RLIM_INFINITY))
+try:
+    nirbridge.read({str(path)!r})
+except nirbridge.MemoryLimitError as error:
+    print("MemoryLimitError", error)
+except nirbridge.NirBridgeError as error:
+    print("other", type(error).__name__, error)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.stdout.startswith("MemoryLimitError"), result.stdout + result.stderr
+    assert "ran out of memory while reading it" in result.stdout and "corrupted" not in result.stdout

@@ -1381,3 +1381,57 @@ def test_a_dtype_change_that_turns_a_value_into_0_or_infinity_is_refused(layer, 
         gm.to(torch.float16)
     gm.double()  # wider: always allowed
     assert gm.n0.scale.dtype == torch.float64
+
+
+def test_load_state_dict_refuses_what_the_build_refuses_before_loading_anything():
+    """A wrong-shaped tau raised torch's RuntimeError; a negative tau loaded silently."""
+    gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-4)
+    good = copy.deepcopy(gm.state_dict())
+    cases = [
+        (
+            {"lif2.tau_mem": torch.ones(3)},
+            r"lif2.tau_mem \(node 'lif2'\) has shape \(3,\), but the module's is \(7,\)",
+        ),
+        (
+            {"lif2.tau_mem": -good["lif2.tau_mem"]},
+            r"lif2.tau_mem \(node 'lif2'\) is .* a time constant must be above 0",
+        ),
+        ({"lif2.tau_mem": torch.zeros(7)}, "must be above 0"),
+        (
+            {"fc2.weight": torch.full_like(good["fc2.weight"], float("nan"))},
+            r"fc2.weight \(node 'fc2'\) holds NaN",
+        ),
+        (
+            {"fc2.weight": torch.full(good["fc2.weight"].shape, 1e300, dtype=torch.float64)},
+            "as 0 or infinity",
+        ),
+    ]
+    for change, says in cases:
+        with pytest.raises(nirbridge.ParameterError, match=says):
+            gm.load_state_dict({**good, **change})
+        assert all(torch.equal(v, good[k]) for k, v in gm.state_dict().items())  # nothing loaded
+    negative = nirbridge.nir_to_torch(BRAILLE, dt=1e-4, allow_negative_tau=True)
+    negative.load_state_dict({**good, "lif2.tau_mem": -good["lif2.tau_mem"]})  # as it was built to
+    assert bool((negative.lif2.tau_mem < 0).all())
+
+
+def test_a_subgraph_that_records_another_dt_warns():
+    inner = nir.NIRGraph(
+        nodes={"i": nir.Input(np.array([2])), "s": nir.Scale(np.ones(2)), "o": nir.Output(np.array([2]))},
+        edges=[("i", "s"), ("s", "o")],
+        metadata={"dt": 1e-3},
+    )
+    graph = nir.NIRGraph(
+        nodes={"x": nir.Input(np.array([2])), "sub": inner, "y": nir.Output(np.array([2]))},
+        edges=[("x", "sub"), ("sub", "y")],
+        metadata={"dt": 1e-4},
+    )
+    with pytest.warns(
+        nirbridge.DtWarning,
+        match=r"subgraph 'sub' records dt = 0.001, but the module steps every node at dt = 0.0001",
+    ):
+        nirbridge.nir_to_torch(graph)
+    inner.metadata["dt"] = 1e-4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", nirbridge.DtWarning)
+        nirbridge.nir_to_torch(graph)

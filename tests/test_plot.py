@@ -173,3 +173,22 @@ def test_the_install_hint_names_an_index_that_has_the_package():
     source = inspect.getsource(nirbridge.plot)
     assert "nirbridge[plot]" not in source
     assert "pip install matplotlib" in nirbridge.plot.__doc__ and "pip install matplotlib" in source
+
+
+@pytest.mark.parametrize(
+    ("neurons", "says"),
+    [
+        ("abc", "how many neurons"),
+        (0, "at least 1"),
+        ([1.5], "whole numbers"),
+        ([], "whole numbers"),
+        (True, "how many"),
+    ],
+)
+def test_neurons_that_name_no_neuron_are_refused(neurons, says):
+    gm = nirbridge.nir_to_torch(EXAMPLES / "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir", dt=1e-4)
+    result = nirbridge.run(gm, (torch.rand(20, 1, 12) < 0.5).float(), record=["lif1.lif.v"])
+    with pytest.raises(nirbridge.ParameterError, match=says):
+        result.plot("lif1.lif.v", neurons=neurons)
+    figure = result.plot("lif1.lif.v", neurons=np.int64(3))
+    assert len(figure.axes[0].lines) >= 3

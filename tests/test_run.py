@@ -676,3 +676,47 @@ def test_an_output_that_is_a_recorded_node_is_one_tensor_with_gradients_too():
             result = nirbridge.run(gm, x, record="lif2", chunk=5)  # three chunks joined
         assert result.output is result.records["lif2"]  # joined once, not once per name
         assert "output" not in result.summary() and "lif2" in result.summary()
+
+
+def test_nan_and_infinity_after_a_run_are_named_once():
+    """Infinite inputs turned membranes into NaN with no word."""
+    gm = nirbridge.nir_to_torch(EXAMPLES / "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir", dt=1e-4)
+    x = torch.zeros(6, 1, 12)
+    x[2, 0, 3] = float("inf")
+    with pytest.warns(nirbridge.NonFiniteWarning) as caught:
+        nirbridge.run(gm, x, record=["lif1.lif.v", "fc1"])
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert "'fc1' from step 2" in message and "'lif1.lif.v' from step 2" in message
+    assert "the input 'input' holds NaN or infinity" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", nirbridge.NonFiniteWarning)
+        warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
+        nirbridge.run(gm, torch.zeros(6, 1, 12), record="all")  # finite: no word
+
+
+def test_a_lone_module_checks_the_memory_of_its_output_before_allocating_it():
+    """run() of a single neuron (no graph) skipped the estimate and asked for 40 GB."""
+    lif = nirbridge.neurons.LIF(
+        tau=torch.full((1000,), 1e-3),
+        r=torch.ones(1000),
+        v_leak=torch.zeros(1000),
+        v_threshold=torch.ones(1000),
+    )
+    huge = torch.zeros(1, 1, 1000, dtype=torch.bool).expand(10**6, 1000, 1000)  # no memory of its own
+    with pytest.raises(
+        nirbridge.MemoryLimitError, match=r"the output over T = 1000000 steps \(\[1000, 1000\] per step\)"
+    ):
+        nirbridge.run(lif, huge)
+
+
+def test_numpy_integers_and_an_empty_batch_are_taken():
+    gm = nirbridge.nir_to_torch(EXAMPLES / "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir", dt=1e-4)
+    x = (torch.rand(8, 2, 12) < 0.3).float()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
+        torch.testing.assert_close(
+            nirbridge.run(gm, x, chunk=np.int64(3)).output, nirbridge.run(gm, x).output
+        )
+        data = nirbridge.run(gm, x[:, :0], record="all").to_nir_data()
+    assert isinstance(data, nir.NIRGraphData)

@@ -1370,3 +1370,15 @@ def test_exporting_a_diverged_model_warns_naming_the_values():
     assert message.startswith("torch_to_nir: the model holds values nir_to_torch refuses")
     assert "node '0' (Affine): weight is NaN at index (1, 2)" in message
     assert np.isnan(graph.nodes["0"].weight[1, 2])  # exported as it is
+
+
+def test_exporting_a_path_instead_of_a_model_says_to_load_it():
+    from nirbridge.adapters import norse as norse_adapter
+    from nirbridge.adapters import snntorch as snntorch_adapter
+    from nirbridge.adapters import spikingjelly as sj_adapter
+
+    for to_nir in (snntorch_adapter.to_nir, sj_adapter.to_nir, norse_adapter.to_nir):
+        with pytest.raises(
+            nirbridge.ParameterError, match=r"got str 'model.pt'; build the model and load its weights"
+        ):
+            to_nir("model.pt")

@@ -278,3 +278,31 @@ def test_the_tolerance_follows_the_reference_neuron_by_neuron():
     off = big_and_small.clone()
     off[..., 1] = 0.006  # 6x off, next to a neuron of size 1000
     assert not _compare("v", big_and_small, off, False, 1e-6, 1e-5).ok
+
+
+def test_bad_arguments_and_a_side_that_raises_are_named():
+    gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-4)
+    x = (torch.rand(6, 2, 12) < 0.3).float()
+    with pytest.raises(
+        nirbridge.NirBridgeError, match=r"verify\(state=...\) takes \(reference_state, candidate_state\)"
+    ):
+        nirbridge.verify(gm, gm, x, state=5)
+    with pytest.raises(nirbridge.NirBridgeError, match="unknown keyword.*nonsense"):
+        assert_equivalent(gm, gm, x, nonsense=1)
+
+    class Fails(torch.nn.Module):
+        def forward(self, x, state=None):
+            if bool((x == 7).any()):
+                raise RuntimeError("the model broke")
+            return x[..., :7], state
+
+    x[3, 0, 0] = 7.0  # it breaks at step 3
+
+    with pytest.raises(
+        nirbridge.NirBridgeError, match=r"the candidate \(Fails\) raised RuntimeError at step 3"
+    ):
+        nirbridge.verify(gm, Fails(), x)
+    report = nirbridge.verify(gm, gm, x, atol=np.float32(1e-6), rtol=np.float64(1e-5), allow_silent=True)
+    assert report.ok and isinstance(report.atol, float)
+    with pytest.raises(nirbridge.NirBridgeError, match="give the tolerance as a number"):
+        nirbridge.verify(gm, gm, x, atol="tiny")

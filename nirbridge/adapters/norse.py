@@ -637,6 +637,7 @@ def to_nir(
     below 0, ``tau_inv = 0``'s infinite τ) are exported as they are, with one
     :class:`nirbridge.ParameterWarning` naming them, as :func:`nirbridge.torch_to_nir` does.
     """
+    trace.require_module(module, "norse to_nir")
     try:
         graph = export(module, TO_NIR, module_map, example_input, dt, None, skip, "norse")
     except (UnsupportedModuleError, NodeConversionError) as error:

@@ -370,6 +370,7 @@ def to_nir(
     leaves a type out); ``skip`` leaves module types out (``skip=(nn.Dropout,)``), as
     for :func:`nirbridge.torch_to_nir`.
     """
+    trace.require_module(module, "snntorch to_nir")
     return export(module, TO_NIR, module_map, example_input, dt, is_stateful, skip, "snntorch")
 
 

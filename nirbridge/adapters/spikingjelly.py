@@ -279,6 +279,7 @@ def to_nir(
     leaves a type out); ``skip`` leaves module types out, as for
     :func:`nirbridge.torch_to_nir`.
     """
+    trace.require_module(module, "spikingjelly to_nir")
     single, multi = _single_step(module)
     if multi and example_input is not None:
         example_input = (

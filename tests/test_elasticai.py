@@ -20,7 +20,8 @@ from elasticai.creator.graph import BaseGraph
 from elasticai.creator.ir2torch import get_default_converter as ir2torch_converter
 from elasticai.creator.torch2ir import Implementation
 from elasticai.creator.torch2ir import get_default_converter as torch2ir_converter
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import nirbridge
@@ -388,9 +389,17 @@ def test_what_nir_cannot_hold_warns():
     with pytest.warns(nirbridge.LossyConversionWarning, match=r"implementation '0' \(conv1d.*padding_mode"):
         graph = elasticai.to_nir(lower(model), model.state_dict(), input_shape=(2, 5))
     assert elasticai.from_nir(graph)[0]["0"]["padding_mode"] == "circular"  # the IR still says so
-    extra = {**nn.Sequential(nn.Linear(2, 2)).state_dict(), "0.scale": torch.ones(2)}
-    with pytest.warns(nirbridge.LossyConversionWarning, match=r"\['0.scale'\]"):
-        elasticai.to_nir(lower(nn.Sequential(nn.Linear(2, 2))), extra)
+    # a converter from type_map takes what it needs: the running statistics it leaves are named
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+
+    def batchnorm_as_affine(attributes, parameters):
+        return nir.Affine(np.diag(parameters["weight"]), parameters["bias"])
+
+    with pytest.warns(
+        nirbridge.LossyConversionWarning,
+        match=r"\['1.running_mean', '1.running_var', '1.num_batches_tracked'\] .* no NIR field holds them",
+    ):
+        elasticai.to_nir(lower(model), model.state_dict(), type_map={"batchnorm1d": batchnorm_as_affine})
 
 
 # ----------------------------------------------------------------------------- review cases
@@ -666,6 +675,59 @@ MALFORMED = {
         nirbridge.ParameterError,
         r"implementation 'lif', field 'note' nests lists, tuples or dicts more than 16 deep",
     ),
+    # side channels that would be read nowhere, or would override what the IR says
+    "a misspelt side channel": (
+        lambda ir, sd: _set(ir, sd, ("lif", "nir_field"), {"tau": np.full(2, 0.01)}),
+        nirbridge.ParameterError,
+        r"implementation 'lif': field 'nir_field' is none of the fields this adapter keeps NIR's values in",
+    ),
+    "nir_edges of a layer": (
+        lambda ir, sd: _set(ir, sd, ("fc", "nir_edges"), [("input", "fc")]),
+        nirbridge.GraphStructureError,
+        r"implementation 'fc': 'nir_edges' applies to graph implementations",
+    ),
+    "nir_fields of the root graph": (
+        lambda ir, sd: _set(ir, sd, ("", "nir_fields"), {"weight": np.zeros((2, 3))}),
+        nirbridge.ParameterError,
+        r"implementation '': 'nir_fields' applies to single NIR nodes, not to a graph",
+    ),
+    "nir_edges repeating an edge": (
+        lambda ir, sd: _set(
+            ir, sd, ("", "nir_edges"), [("input", "fc"), ("fc", "lif"), ("fc", "lif"), ("lif", "output")]
+        ),
+        nirbridge.GraphStructureError,
+        r"implementation '': 'nir_edges' .* counting repeats: \[\('fc', 'lif'\)\] only in 'nir_edges', \[\] only",
+    ),
+    "nir_output naming a node that exists": (
+        lambda ir, sd: _set(ir, sd, ("", "nir_output"), "fc"),
+        nirbridge.GraphStructureError,
+        r"implementation '': 'nir_output' gives node 'output' the NIR name 'fc', but a node is named 'fc'",
+    ),
+    "nir_metadata holding this adapter's own keys": (
+        lambda ir, sd: _set(ir, sd, ("lif", "nir_metadata"), {"elasticai.parameters": "('tau',)"}),
+        nirbridge.ParameterError,
+        r"implementation 'lif': 'nir_metadata' holds \['elasticai.parameters'\]; keys starting with",
+    ),
+    "nir_metadata in a layer's node record": (
+        lambda ir, sd: _set(ir, sd, ("", "nodes", "fc", "nir_metadata"), {"note": 1}),
+        nirbridge.ParameterError,
+        r"implementation '': node 'fc': field 'nir_metadata' is not read from a node record",
+    ),
+    "a 0.68 attributes block contradicting the record": (
+        lambda ir, sd: _set(ir, sd, ("fc", "attributes"), {"type": "linear", "bias": True}),
+        nirbridge.GraphStructureError,
+        r"implementation 'fc': 'attributes' gives 'bias' the value True, the record beside it False",
+    ),
+    "an edge naming two targets": (
+        lambda ir, sd: _set(
+            ir,
+            sd,
+            ("", "edges"),
+            [{"src": "input", "dst": "fc", "sink": "lif"}, {"src": "fc", "dst": "lif"}],
+        ),
+        nirbridge.GraphStructureError,
+        r"implementation '': edge .* names its target twice, 'dst' 'fc' and 'sink' 'lif'",
+    ),
     # shapes
     "a NaN shape": (
         lambda ir, sd: _set(ir, sd, ("", "nodes", "input", "shape"), (float("nan"),)),
@@ -817,6 +879,65 @@ METADATA = {
         "{'type': ",
         r"node 'lif': metadata 'elasticai.node' is \"\{'type': \", not a Python literal",
     ),
+    # keys this adapter does not write, or does not write there: never dropped unseen
+    "a misspelt key": (
+        "fc",
+        "elasticai.nodes",
+        "{'type': 'linear', 'implementation': 'fc'}",
+        r"node 'fc': metadata \['elasticai.nodes'\] is not read here: on a node that becomes a layer",
+    ),
+    "edges on a layer": (
+        "fc",
+        "elasticai.edges",
+        "{}",
+        r"node 'fc': metadata \['elasticai.edges'\] is not read here",
+    ),
+    "parameters on the root": (
+        None,
+        "elasticai.parameters",
+        "('weight',)",
+        r"the graph: metadata \['elasticai.parameters'\] is not read here: on the root graph",
+    ),
+    "an implementation on an input": (
+        "input",
+        "elasticai.implementation",
+        "{'type': 'linear'}",
+        r"node 'input': metadata \['elasticai.implementation'\] is not read here: on an Input node",
+    ),
+    "a side channel inside a stored implementation": (
+        "fc",
+        "elasticai.implementation",
+        "{'type': 'linear', 'nir_fields': {'weight': 0}}",
+        r"node 'fc': metadata 'elasticai.implementation' holds .* where a dict of the implementation's "
+        r"fields \(its 'type' and 'name' strings, no 'nir_\*' field\)",
+    ),
+    "a root of another type": (
+        None,
+        "elasticai.implementation",
+        "{'type': 'linear', 'name': ''}",
+        r"the graph: metadata 'elasticai.implementation' gives the root another type than 'module'",
+    ),
+    "an input shape the node contradicts": (
+        "input",
+        "elasticai.node",
+        "{'type': 'input', 'implementation': 'input', 'shape': (4,)}",
+        r"node 'input': metadata 'elasticai.node' gives shape \(4,\), but the Input node holds \(3,\)",
+    ),
+    # the cost of reading is bounded before it is spent
+    "an entry longer than the limit": (
+        "fc",
+        "elasticai.implementation",
+        "[" + "0, " * 400_000 + "]",
+        r"node 'fc': metadata 'elasticai.implementation' holds 1200002 characters, more than the 1048576 "
+        r"\(nirbridge.adapters.elasticai.MAX_LITERAL_CHARS\) this adapter reads in one entry",
+    ),
+    "brackets nested past the limit": (
+        "fc",
+        "elasticai.implementation",
+        "[" * 21 + "]" * 21,
+        r"node 'fc': metadata 'elasticai.implementation' is .*, not a Python literal \(brackets nest more "
+        r"than 20 deep\)",
+    ),
 }
 
 
@@ -897,3 +1018,365 @@ def test_type_maps_of_the_wrong_kind_are_named():
         elasticai.from_nir(graph, type_map={"LIF": lambda node: None})
     with pytest.raises(nirbridge.ParameterError, match=r"type_map: the entry for 'linear' is a int"):
         elasticai.to_nir(ir, state_dict, type_map={"linear": 5})
+
+
+# ----------------------------------------------------------------------------- nothing dropped or overridden unseen
+
+
+def linear_ir_without_bias_attribute() -> tuple[dict, dict]:
+    """The reported case: an IR whose linear layer does not say whether it has a bias
+    (a hand-written or foreign IR), so the state_dict decides."""
+    model = nn.Sequential(nn.Linear(3, 2))
+    ir = as_dicts(lower(model))
+    del ir["0"]["bias"]
+    return ir, dict(model.state_dict())
+
+
+IR_MAKERS = {
+    "linear without a bias attribute": linear_ir_without_bias_attribute,
+    "linear and LIF": dense_ir,
+    "conv1d, flatten, linear": lambda: (
+        as_dicts(lower(MODELS["conv1d"][0]())),
+        dict(MODELS["conv1d"][0]().state_dict()),
+    ),
+}
+
+
+def test_a_misspelt_implementation_in_a_state_dict_key_is_an_error_not_a_lost_bias():
+    ir, state = linear_ir_without_bias_attribute()
+    assert isinstance(elasticai.to_nir(ir, state).nodes["_0"], nir.Affine)  # the bias is used
+    misspelt = {"0.weight": state["0.weight"], "O.bias": state["0.bias"]}
+    with pytest.raises(
+        nirbridge.ParameterError,
+        match=r"state_dict keys \['O.bias'\] name no implementation of the IR .*implementations: '', '0'",
+    ):
+        elasticai.to_nir(ir, misspelt)
+    with pytest.raises(nirbridge.ParameterError, match=r"\('0_.bias': did you mean '0.bias'\?\)"):
+        elasticai.to_nir(ir, {"0.weight": state["0.weight"], "0_.bias": state["0.bias"]})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_every_state_dict_key_naming_no_implementation_is_an_error_naming_it(data):
+    ir, state = IR_MAKERS[data.draw(st.sampled_from(sorted(IR_MAKERS)))]()
+    key = data.draw(st.sampled_from(sorted(state)))
+    owner = data.draw(st.text(st.characters(codec="ascii", exclude_characters="\\'\""), max_size=12))
+    assume(owner not in ir)
+    field = key.rpartition(".")[2]
+    bad = f"{owner}.{field}" if data.draw(st.booleans()) else field  # a misspelt owner, or none
+    state[bad] = state.pop(key) if data.draw(st.booleans()) else torch.zeros(1)  # moved, or one more
+    with pytest.raises(nirbridge.ParameterError, match=re.escape(repr(bad)) + r".* name no implementation"):
+        elasticai.to_nir(ir, state, input_shape=(2, 10))
+
+
+def test_state_dict_keys_of_graph_implementations_and_fields_no_built_in_type_takes_are_errors():
+    state = {"leaf.scale": np.array([2.0, 3.0]), "g0.scale": np.ones(2)}
+    with pytest.raises(
+        nirbridge.ParameterError, match=r"state_dict entries \['g0.scale'\] belong to graph implementations"
+    ):
+        elasticai.to_nir(nested_ir(2), state)
+    model = MODELS["conv1d"][0]()
+    ir, weights = as_dicts(lower(model)), model.state_dict()
+    for key, kind, takes in (
+        ("2.bais", "linear", "'weight', 'bias'"),
+        ("0.weights", "conv1d", "'weight', 'bias'"),
+        ("1.weight", "flatten", "no weights"),
+    ):
+        with pytest.raises(
+            nirbridge.ParameterError,
+            match=rf"\({kind}, node .*the state_dict holds \[{re.escape(repr(key))}\], which {kind} has no "
+            rf"field for \(it takes {takes}\)",
+        ):
+            elasticai.to_nir(ir, {**weights, key: torch.zeros(2)}, input_shape=(2, 10))
+    ir, state = dense_ir()  # NIR types: every field is one of the node's, given once
+    with pytest.raises(nirbridge.ParameterError, match=r"LIF has no field\(s\) \['taus'\]"):
+        elasticai.to_nir(ir, {**state, "lif.taus": np.ones(2)})
+    ir["lif"]["tau"] = 0.01
+    with pytest.raises(nirbridge.ParameterError, match=r"LIF's field\(s\) \['tau'\] are given twice"):
+        elasticai.to_nir(ir, state)
+
+
+def test_attributes_and_node_fields_nir_has_no_use_for_are_named_and_kept_for_the_way_back():
+    model = nn.Sequential(nn.Conv1d(2, 2, 3, padding=1))
+    ir, state = as_dicts(lower(model)), model.state_dict()
+    ir["0"]["paddding"] = ir["0"].pop("padding")  # misspelt: NIR's convolution pads nothing
+    with pytest.warns(
+        nirbridge.LossyConversionWarning,
+        match=r"implementation '0' \(conv1d, node '_0'\): attribute\(s\) \['paddding'\] mean nothing to conv1d",
+    ):
+        graph = elasticai.to_nir(ir, state, input_shape=(2, 10))
+    assert graph.nodes["_0"].padding == 0 and elasticai.from_nir(graph)[0]["0"]["paddding"] == (1,)
+    ir, state = dense_ir()
+    ir["fc"]["bais"] = True
+    ir[""]["nodes"]["fc"]["shap"] = (3,)
+    ir[""]["note"] = "kept"
+    with pytest.warns(nirbridge.LossyConversionWarning) as caught:
+        graph = elasticai.to_nir(ir, state)
+    messages = [str(w.message) for w in caught]
+    assert any(
+        "implementation 'fc' (linear, node 'fc'): attribute(s) ['bais'] mean nothing to linear (it reads "
+        "'bias', 'in_features', 'out_features')" in m
+        for m in messages
+    ), messages
+    assert any("IR node 'fc' (linear): field(s) ['shap'] mean nothing to NIR" in m for m in messages)
+    assert any("implementation '' (module, node '<root>'): attribute(s) ['note']" in m for m in messages)
+    assert elasticai.from_nir(graph)[0] == ir  # what NIR ignores, the IR read back keeps
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_nir_fields_that_give_other_weights_or_shapes_are_errors_naming_the_node_and_field(data):
+    ir, state = dense_ir()
+    impl = data.draw(st.sampled_from(["fc", "lif"]))
+    field = data.draw(st.sampled_from(sorted(k.partition(".")[2] for k in state if k.startswith(impl))))
+    held = state[f"{impl}.{field}"].numpy()
+    if data.draw(st.booleans()):  # other values
+        delta = data.draw(st.floats(1e-6, 1e6) | st.floats(-1e6, -1e-6))
+        index = data.draw(st.integers(0, held.size - 1))
+        given_value = held.copy().reshape(-1)
+        given_value[index] += delta
+        assume(given_value[index] != held.reshape(-1)[index])
+        given_value = given_value.reshape(held.shape)
+    else:  # another shape, the same values where they overlap
+        shape = data.draw(st.lists(st.integers(1, 4), min_size=0, max_size=3).map(tuple))
+        assume(shape != held.shape)
+        given_value = np.full(shape, held.reshape(-1)[0])
+    ir[impl]["nir_fields"] = {field: given_value}
+    kind = "Linear" if impl == "fc" else "LIF"
+    with pytest.raises(
+        nirbridge.ParameterError,
+        match=rf"implementation '{impl}' \(node '{impl}'\): 'nir_fields' gives {kind} field '{field}' .*"
+        r"never another value",
+    ):
+        elasticai.to_nir(ir, state)
+
+
+def test_nir_fields_restore_nir_spellings_of_the_same_values():
+    ir, state = dense_ir()
+    weight = state["fc.weight"].numpy()
+    ir["fc"]["nir_fields"] = {"weight": weight.astype(">f8")}  # byte order and dtype, same numbers
+    ir["lif"]["nir_fields"] = {"tau": state["lif.tau"].numpy().tolist()}  # a list, as JSON gives it
+    graph = elasticai.to_nir(ir, state)
+    assert graph.nodes["fc"].weight.dtype == np.dtype(">f8")
+    assert np.array_equal(graph.nodes["fc"].weight, weight)
+    model = MODELS["conv1d"][0]()
+    ir, state = as_dicts(lower(model)), model.state_dict()
+    ir["0"]["nir_fields"] = {"stride": np.array([1]), "input_shape": (10,)}
+    assert np.array_equal(elasticai.to_nir(ir, state, input_shape=(2, 10)).nodes["_0"].stride, [1])
+    for field, value, problem in (("stride", 2, "other values"), ("input_shape", 12, "other values")):
+        ir["0"]["nir_fields"] = {field: value}
+        with pytest.raises(nirbridge.ParameterError, match=rf"field '{field}' {value}, .*\({problem}\)"):
+            elasticai.to_nir(ir, state, input_shape=(2, 10))
+    del ir["0"]["nir_fields"]
+    ir["1"]["nir_fields"] = {"input_type": {"input": np.array([1, 4, 10])}}  # a leading batch axis
+    assert elasticai.to_nir(ir, state, input_shape=(2, 10)).nodes["_1"].input_type["input"].tolist() == [
+        1,
+        4,
+        10,
+    ]
+    ir["1"]["nir_fields"] = {"input_type": {"input": np.array([40])}}
+    with pytest.raises(
+        nirbridge.ParameterError, match=r"Flatten field 'input_type'.*another shape for 'input'"
+    ):
+        elasticai.to_nir(ir, state, input_shape=(2, 10))
+
+
+def test_a_same_padded_conv2d_goes_to_ir_and_back_unchanged():
+    weight = np.random.default_rng(0).normal(size=(2, 1, 3, 3)).astype(np.float32)
+    graph = nir.NIRGraph(
+        nodes={
+            "x": nir.Input(np.array([1, 5, 5])),
+            "c": nir.Conv2d((5, 5), weight, 1, "same", 1, 1, np.zeros(2, np.float32)),
+            "y": nir.Output(np.array([2, 5, 5])),
+        },
+        edges=[("x", "c"), ("c", "y")],
+    )
+    ir, state = elasticai.from_nir(graph)
+    assert ir["c"]["nir_fields"] == {"padding": "same"}  # (1, 1) in the IR, NIR's spelling kept
+    assert_same(graph, elasticai.to_nir(ir, state))
+
+
+def test_metadata_that_contradicts_its_node_is_an_error_and_a_contradicted_declared_shape_is_named():
+    make, shape = MODELS["conv1d strided, dilated, grouped"]
+    model = make()
+    graph = elasticai.to_nir(lower(model), model.state_dict(), input_shape=shape)
+    assert "elasticai.implementation" in graph.nodes["_1"].metadata  # padding="same", as the IR spelt it
+    graph.nodes["_1"].stride = 2  # edited in NIR; the stored implementation still says 1
+    with pytest.raises(
+        nirbridge.ParameterError,
+        match=r"node '_1' \(Conv1d\): its metadata \['elasticai.implementation', 'elasticai.node'\] makes the IR "
+        r"give field "
+        r"'stride' 1, but the node holds 2",
+    ):
+        elasticai.from_nir(graph)
+    conv = nir.Conv1d(12, np.ones((3, 2, 4), np.float32), 1, 0, 1, 1, np.zeros(3, np.float32))
+    declared = nir.NIRGraph(
+        nodes={"x": nir.Input(np.array([2, 9])), "c": conv, "y": nir.Output(np.array([3, 6]))},
+        edges=[("x", "c"), ("c", "y")],
+        type_check=False,
+    )
+    with pytest.warns(
+        nirbridge.LossyConversionWarning,
+        match=r"node 'c' \(Conv1d\): field 'input_shape' holds 12, but what flows through the graph makes "
+        r"it 9 .* the IR keeps 9",
+    ):
+        ir, state = elasticai.from_nir(declared)
+    assert "nir_fields" not in ir["c"]
+    assert elasticai.to_nir(ir, state).nodes["c"].input_shape == 9
+
+
+def test_what_a_shared_implementation_cannot_keep_and_stored_parameters_a_node_lacks_are_named():
+    model = Shared()
+    graph = elasticai.to_nir(lower(model), model.state_dict())
+    graph.nodes["twice_1"].metadata = {**graph.nodes["twice_1"].metadata, "note": 1}
+    with pytest.warns(
+        nirbridge.LossyConversionWarning,
+        match=r"nodes 'twice' and 'twice_1' share implementation 'twice' but hold different \['nir_metadata'\]",
+    ):
+        elasticai.from_nir(graph)
+    conv = nn.Sequential(nn.Conv1d(2, 2, 3, bias=False))
+    graph = elasticai.to_nir(lower(conv), conv.state_dict(), input_shape=(2, 6))
+    assert graph.nodes["_0"].metadata["elasticai.parameters"] == "('weight',)"
+    graph.nodes["_0"].metadata["elasticai.parameters"] = "('weight', 'scale')"
+    with pytest.warns(
+        nirbridge.LossyConversionWarning,
+        match=r"node '_0' \(Conv1d\): metadata 'elasticai.parameters' names \['scale'\], which this node does "
+        r"not hold",
+    ):
+        elasticai.from_nir(graph)
+
+
+# ----------------------------------------------------------------------------- metadata literals: bounded cost
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    value=st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.complex_numbers(allow_nan=False, allow_infinity=False)
+        | st.text()
+        | st.binary(),
+        lambda inner: (
+            st.lists(inner)
+            | st.tuples(inner)
+            | st.tuples(inner, inner)
+            | st.dictionaries(st.text() | st.integers(), inner)
+            | st.sets(st.integers() | st.text())
+        ),
+        max_leaves=25,
+    )
+)
+def test_the_bounded_literal_reader_reads_what_repr_writes_as_ast_literal_eval_does(value):
+    import ast
+
+    text = repr(value)
+    assert elasticai._same(elasticai.parse_literal(text), ast.literal_eval(text))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(text=st.text(max_size=60) | st.text(alphabet="[](){}:,'0-j. ", max_size=60))
+def test_any_text_as_stored_metadata_is_read_or_refused_with_an_error_naming_the_node(text):
+    ir, state = dense_ir()
+    graph = elasticai.to_nir(ir, state)
+    graph.nodes["fc"].metadata = {"elasticai.implementation": text}
+    try:
+        elasticai.from_nir(graph)
+    except nirbridge.ParameterError as error:
+        assert "node 'fc'" in str(error) and "'elasticai.implementation'" in str(error)
+
+
+def test_reading_stored_metadata_costs_about_what_the_value_takes():
+    import tracemalloc
+
+    ir, state = dense_ir()
+    graph = elasticai.to_nir(ir, state)
+    for text, most in (
+        ("[" + "0," * 1_000_000 + "]", 1),  # 2 MB, over the limit: refused before parsing
+        ("[" + "{0}, " * 50_000 + "]", 12),  # 250 kB of the costliest value per character
+    ):
+        graph.nodes["fc"].metadata = {"elasticai.implementation": text}
+        tracemalloc.start()
+        try:
+            with pytest.raises(
+                nirbridge.ParameterError, match=r"node 'fc': metadata 'elasticai.implementation'"
+            ):
+                elasticai.from_nir(graph)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < most * 2**20, (len(text), peak)  # ast.literal_eval: 930 MiB and 110 MiB
+
+
+def test_an_ir_value_longer_than_a_file_entry_keeps_is_left_out_with_a_warning():
+    ir, state = dense_ir()
+    ir["fc"]["table"] = list(range(200_000))  # 1.3 MB as a literal
+    with pytest.warns(nirbridge.LossyConversionWarning) as caught:  # also: 'table' means nothing to linear
+        graph = elasticai.to_nir(ir, state)
+    assert any(
+        re.search(
+            r"implementation 'fc', 'table' is 1488890 characters long as a Python literal, more than the "
+            r"1048576 .*left out",
+            str(w.message),
+        )
+        for w in caught
+    )
+    assert "table" not in graph.nodes["fc"].metadata["elasticai.implementation"]
+    back, _ = elasticai.from_nir(graph)
+    assert "table" not in back["fc"] and back["fc"]["bias"] is False
+
+
+# ----------------------------------------------------------------------------- hostile IR: only NirBridgeErrors
+
+HOSTILE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 40)
+    | st.floats()
+    | st.text(max_size=4)
+    | st.sampled_from(["same", "input", "output", "fc", "lif", "module", "NIRGraph", "linear", "LIF"]),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(
+            st.sampled_from(["input", "output", "src", "dst", "type", "implementation"]), inner, max_size=3
+        )
+    ),
+    max_leaves=6,
+)
+FIELDS = [
+    "bias", "stride", "padding", "in_features", "start_dim", "nir_fields", "nir_edges", "nir_output",
+    "nir_metadata", "shape", "type", "implementation", "nodes", "edges", "tau", "weight", "attributes",
+]  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_irs_with_hostile_fields_convert_or_raise_nirbridge_errors(data):
+    ir, state = IR_MAKERS[data.draw(st.sampled_from(sorted(IR_MAKERS)))]()
+    for _ in range(data.draw(st.integers(1, 3))):
+        target = ir[data.draw(st.sampled_from(sorted(ir)))]
+        nodes = target.get("nodes")
+        if data.draw(st.booleans()) and isinstance(nodes, dict) and nodes:
+            target = nodes[data.draw(st.sampled_from(sorted(nodes)))]
+        field = data.draw(st.sampled_from(FIELDS))
+        if field == "nir_fields" and data.draw(st.booleans()):
+            value = {
+                data.draw(st.sampled_from(["weight", "bias", "tau", "stride", "input_type"])): data.draw(
+                    HOSTILE
+                )
+            }
+        else:
+            value = data.draw(HOSTILE)
+        target[field] = value
+    if data.draw(st.booleans()):
+        state[data.draw(st.sampled_from(sorted(state)))] = data.draw(HOSTILE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            graph = elasticai.to_nir(ir, state, input_shape=(2, 10) if "1" in ir else None)
+            elasticai.to_nir(*elasticai.from_nir(graph))
+        except nirbridge.NirBridgeError:
+            pass

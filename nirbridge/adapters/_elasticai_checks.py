@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,13 +42,51 @@ _META = "elasticai."
 # ----------------------------------------------------------------------------- messages
 
 
+_SHOWN = 80  # characters of a value that messages show
+
+
 def _shown(value: Any) -> str:
-    """``repr(value)``, cut to 80 characters (and safe from a ``repr`` that fails)."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a hostile __repr__, or one nested too deep
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= 80 else text[:77] + "..."
+    """``repr(value)`` on one line, cut to 80 characters. Builtin containers and text are
+    walked only as far as those characters need (a value of millions of items costs no
+    more), and a ``repr`` that fails (a hostile ``__repr__``, an int too long to print) is
+    named by type."""
+    text = re.sub(r"\n\s*", " ", _bounded_repr(value, _SHOWN + 1, 0))  # numpy's reprs span lines
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def _bounded_repr(value: Any, budget: int, depth: int) -> str:
+    """``repr(value)``, or a text of at least ``budget`` characters that starts as it does."""
+    kind = type(value)
+    if kind in (str, bytes):
+        return repr(value[:budget])
+    brackets = {list: "[]", tuple: "()", dict: "{}", set: "{}"}.get(kind)
+    if brackets is None or not value or depth > 8:
+        if brackets is not None and value:
+            return brackets[0] + "..."
+        if kind is set:
+            return "set()"
+        try:
+            return repr(value)
+        except Exception:  # noqa: BLE001 - a hostile __repr__, or an int too long to print
+            return f"<{kind.__name__}>"
+    parts: list[str] = []
+    used = 1
+    items = value.items() if kind is dict else value
+    for item in items:
+        if used >= budget:
+            parts.append("...")
+            break
+        if kind is dict:
+            key = _bounded_repr(item[0], budget - used, depth + 1)
+            text = f"{key}: {_bounded_repr(item[1], budget - used - len(key) - 2, depth + 1)}"
+        else:
+            text = _bounded_repr(item, budget - used, depth + 1)
+        parts.append(text)
+        used += len(text) + 2
+    inner = ", ".join(parts)
+    if kind is tuple and len(value) == 1 and parts[-1] != "...":
+        inner += ","
+    return brackets[0] + inner + brackets[1]
 
 
 def _kind(value: Any) -> str:
@@ -139,9 +178,42 @@ def _metadata_dict(value: Any, what: str) -> dict[str, Any]:
     return dict(value)
 
 
-def _check_side_channel(attributes: Mapping[str, Any], where: str) -> None:
-    """The types of the fields :func:`from_nir` adds to an implementation."""
-    _metadata_dict(attributes.get("nir_metadata"), f"{where}: 'nir_metadata'")
+_SIDE_CHANNEL = ("nir_metadata", "nir_fields", "nir_edges", "nir_output")
+_GRAPH_ONLY = ("nir_edges", "nir_output")
+
+
+def _reserved_metadata(metadata: Mapping[str, Any], what: str) -> None:
+    """``nir_metadata`` may not hold the keys this adapter writes itself (``elasticai.*``):
+    the NIR graph would hold two records of one thing, and one would win unseen."""
+    taken = [k for k in metadata if k.startswith(_META)]
+    if taken:
+        raise ParameterError(
+            f"{what} holds {taken}; keys starting with {_META!r} are where this adapter records the "
+            "IR in NIR metadata, so it does not take them from the IR. Rename or remove them"
+        )
+
+
+def _check_side_channel(attributes: Mapping[str, Any], where: str, graph: bool) -> None:
+    """The fields :func:`from_nir` adds to an implementation (``graph``: one of type
+    ``NIRGraph``/``module``): their types, and that each is one this adapter reads, where
+    it applies. A ``nir_*`` field it would not read (a misspelt one, ``nir_edges`` of a
+    layer, ``nir_fields`` of a graph) is an error, not a field dropped unseen."""
+    for key in attributes:
+        if key.startswith("nir_") and key not in _SIDE_CHANNEL:
+            raise ParameterError(
+                f"{where}: field {key!r} is none of the fields this adapter keeps NIR's values in "
+                f"({', '.join(_SIDE_CHANNEL)}); correct or remove it"
+            )
+    if graph and "nir_fields" in attributes:
+        raise ParameterError(f"{where}: 'nir_fields' applies to single NIR nodes, not to a graph; remove it")
+    for key in _GRAPH_ONLY:
+        if not graph and key in attributes:
+            raise GraphStructureError(
+                f"{where}: {key!r} applies to graph implementations (type 'module' or 'NIRGraph'), "
+                "not to a layer; remove it"
+            )
+    metadata = _metadata_dict(attributes.get("nir_metadata"), f"{where}: 'nir_metadata'")
+    _reserved_metadata(metadata, f"{where}: 'nir_metadata'")
     fields = attributes.get("nir_fields")
     if fields is not None:
         if not isinstance(fields, Mapping):
@@ -171,6 +243,22 @@ def _check_side_channel(attributes: Mapping[str, Any], where: str) -> None:
             f"{where}: 'nir_output' is {_shown(output)} ({_kind(output)}), not the name of an "
             "Output node. Correct it or remove it"
         )
+
+
+def _check_node_side_channel(record: Mapping[str, Any], what: str) -> None:
+    """A node record's ``nir_*`` fields: only an input or output node keeps its NIR
+    metadata in the record (a layer's goes with its implementation)."""
+    for key in record:
+        if not key.startswith("nir_"):
+            continue
+        if key != "nir_metadata" or record.get("type") not in _IO:
+            raise ParameterError(
+                f"{what}: field {key!r} is not read from a node record (only an input or output node "
+                "keeps 'nir_metadata' there; a layer's NIR fields go with its implementation); move or "
+                "remove it"
+            )
+    metadata = _metadata_dict(record.get("nir_metadata"), f"{what}: 'nir_metadata'")
+    _reserved_metadata(metadata, f"{what}: 'nir_metadata'")
 
 
 # ----------------------------------------------------------------------------- attributes and shapes
@@ -221,7 +309,9 @@ def _shape_value(value: Any, what: str) -> tuple[int, ...]:
 
 
 def _nir_fields(node: nir.NIRNode, fields: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """``nir_fields`` checked against ``node``: fields it has, arrays where it holds arrays."""
+    """``nir_fields`` checked against ``node``: fields it has, dicts keyed by strings where
+    it holds such a dict. Whether the values agree with the node is checked once its
+    shapes are known (:func:`_field_disagreement`)."""
     if isinstance(node, nir.NIRGraph) or not dataclasses.is_dataclass(node):
         raise ParameterError(f"{where}: 'nir_fields' applies to single NIR nodes, not to a graph; remove it")
     names = [f.name for f in dataclasses.fields(node) if f.init and f.name != "metadata"]
@@ -231,23 +321,128 @@ def _nir_fields(node: nir.NIRNode, fields: Mapping[str, Any], where: str) -> dic
                 f"{where}: 'nir_fields' names {field!r}, which {type(node).__name__} has no field for; "
                 f"its fields: {names}. Correct or remove the entry"
             )
-        current = getattr(node, field)
-        if isinstance(current, np.ndarray) or isinstance(value, np.ndarray):
-            try:
-                kind = np.asarray(value).dtype.kind
-            except (TypeError, ValueError):
-                kind = "O"
-            if kind not in "biuf":
-                raise ParameterError(
-                    f"{where}: 'nir_fields' gives {field!r} the value {_shown(value)}, not numbers; "
-                    "correct or remove the entry"
-                )
-        elif isinstance(current, Mapping) and not _str_dict(value):
+        if isinstance(getattr(node, field), Mapping) and not _str_dict(value):
             raise ParameterError(
                 f"{where}: 'nir_fields' gives {field!r} the value {_shown(value)}, not a dict keyed by "
                 "strings; correct or remove the entry"
             )
     return dict(fields)
+
+
+_SHAPE_TYPES = ("input_type", "output_type")
+"""Fields that declare a node's shapes, as dicts of arrays; a leading axis of 1 (the
+batch axis, as old spyx files count it) spells the same shape."""
+
+_SPELLINGS = ("stride", "padding", "dilation", "groups", "kernel_size", "start_dim", "end_dim", "input_shape")
+"""Fields NIR lets one value spell for every axis (``stride=2`` is ``(2, 2)``); other
+number fields hold one number per element and must keep their shape."""
+
+
+def _text(value: Any) -> str | None:
+    """Text held as a str, bytes or a one-element array of them; None for anything else."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "US" and value.size == 1:
+        value = value.reshape(-1)[0]
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value if isinstance(value, str) else None
+
+
+def _numbers(value: Any) -> np.ndarray | None:
+    """``value`` as an array of real numbers (or booleans); None for anything else."""
+    if value is None or isinstance(value, (str, bytes, Mapping)):
+        return None
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):
+        return None
+    return array if array.dtype.kind in "biuf" else None
+
+
+def _conv_padding(node: nir.NIRNode, value: Any) -> Any:
+    """A convolution's padding with ``"valid"``, and ``"same"`` where it pads evenly, as the
+    integers they stand for (as :func:`nirbridge.layers.conv_node` writes them)."""
+    text = _text(value)
+    weight = np.asarray(getattr(node, "weight", None))
+    if text not in ("same", "valid") or weight.dtype.kind not in "biuf" or weight.ndim < 3:
+        return value
+    dims = weight.ndim - 2
+    if text == "valid":
+        return np.zeros(dims, dtype=np.int64)
+    dilation = _numbers(getattr(node, "dilation", 1))
+    if dilation is None:
+        return value
+    try:
+        dilations = np.broadcast_to(dilation.reshape(-1) if dilation.ndim else dilation, (dims,))
+    except ValueError:
+        return value
+    totals = [int(d) * (int(k) - 1) for d, k in zip(dilations, weight.shape[2:])]
+    return np.array([t // 2 for t in totals], dtype=np.int64) if all(t % 2 == 0 for t in totals) else value
+
+
+def _core_shape(value: Any) -> tuple[int, ...] | str:
+    """A declared shape without its leading axes of 1; ``"unknown"`` for NIR's unknown
+    shape (None, an array of None), ``"invalid"`` for what is no shape."""
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):
+        return "invalid"
+    if value is None or array.dtype == object:
+        return "unknown" if all(v is None for v in array.reshape(-1)) else "invalid"
+    if (
+        array.ndim != 1
+        or array.dtype.kind not in "iuf"
+        or not np.all(np.isfinite(array))
+        or not np.all(array == np.round(array))
+    ):
+        return "invalid"
+    shape = tuple(int(v) for v in array)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+def _same_shape(a: Any, b: Any) -> bool:
+    """Two declared shapes alike but for leading axes of 1 (or both unknown)."""
+    core = _core_shape(a)
+    return core != "invalid" and core == _core_shape(b)
+
+
+def _field_disagreement(node: nir.NIRNode, field: str, built: Any, given: Any) -> str | None:
+    """None where ``given`` (NIR's spelling of ``node``'s ``field``) spells what ``built``
+    (what the IR, its state_dict and the inferred shapes give the field) holds: another
+    dtype or byte order of the same numbers, an array for a tuple, ``2`` for ``(2, 2)`` in
+    a stride, ``"same"`` for the padding it stands for, a declared shape with a leading
+    axis of 1. Otherwise how they differ, in a few words."""
+    if field in _SHAPE_TYPES:
+        if not (isinstance(built, Mapping) and isinstance(given, Mapping)) or built.keys() != given.keys():
+            return "other ports"
+        for port in built:
+            if not _same_shape(built[port], given[port]):
+                return f"another shape for {port!r}"
+        return None
+    if field == "padding" and isinstance(node, (nir.Conv1d, nir.Conv2d)):
+        built, given = _conv_padding(node, built), _conv_padding(node, given)
+    if built is None or given is None:
+        return None if built is None and given is None else "a value against None"
+    a, b = _numbers(built), _numbers(given)
+    if a is not None and b is not None:
+        if field in _SPELLINGS:
+            try:
+                a, b = np.broadcast_arrays(a.reshape(-1), b.reshape(-1))
+            except ValueError:
+                return "another number of values"
+        elif a.shape != b.shape:
+            return f"shape {b.shape} against {a.shape}"
+        nan = a.dtype.kind == "f" and b.dtype.kind == "f"
+        return None if np.array_equal(a, b, equal_nan=nan) else "other values"
+    ta, tb = _text(built), _text(given)
+    if ta is not None and tb is not None:
+        return None if ta == tb else "other text"
+    try:
+        equal = type(built) is type(given) and bool(built == given)
+    except Exception:  # noqa: BLE001 - values that do not compare
+        equal = False
+    return None if equal else "values of another kind"
 
 
 # ----------------------------------------------------------------------------- state_dict
@@ -316,40 +511,246 @@ def _metadata_of(node: nir.NIRNode, what: str) -> tuple[dict[str, Any], dict[str
     return metadata, extra
 
 
+MAX_LITERAL_CHARS = 2**20
+"""Most characters one ``elasticai.*`` metadata entry may hold (1 Mi). :func:`to_nir`
+leaves longer ones out (with a :class:`~nirbridge.LossyConversionWarning`) and
+:func:`from_nir` refuses them before reading them, so that reading one costs at most
+some 60 MiB and two seconds, even for the costliest text (``"[{0}, {0}, ..."``). Real
+entries (an implementation's hyperparameters, a graph's edges) hold a few hundred
+characters."""
+
+_MAX_LITERAL_DEPTH = MAX_METADATA_NESTING + 4
+"""Brackets nested in one literal: a value's :data:`MAX_METADATA_NESTING` levels inside
+the record that holds it (an edge's data sits three levels down in ``elasticai.edges``)."""
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+        (?P<str>(?:[rRbBuU]{1,2})?(?:'[^'\\\n]*(?:\\.[^'\\\n]*)*'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"))
+      | (?P<num>(?P<sign>[-+]?)
+                (?P<digits>(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][-+]?\d[\d_]*)?)
+                (?P<imag>[jJ]?))
+      | (?P<name>True|False|None|set\(\))
+      | (?P<punct>[][(){},:])
+    )""",
+    re.VERBOSE | re.DOTALL,
+)
+_NAMES = {"True": True, "False": False, "None": None}
+
+
+class _LiteralError(Exception):
+    pass
+
+
+_CLOSING = {"[": "]", "(": ")", "{": "}"}
+
+
+class _LiteralParser:
+    """Python literals as ``repr`` writes them (str, bytes, int, float, complex, bool,
+    None, and lists, tuples, dicts and sets of them), read token by token without
+    building a syntax tree: what it costs is about what the value itself takes, where
+    ``ast.literal_eval`` spends some 450 bytes for each character."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+        self.match: re.Match[str] | None = None
+        self.kind: str | None = None  # "str", "num", "name", "punct"; None at the end
+        self.char = ""  # the punctuation character, "" for other tokens
+        self.advance()
+
+    def advance(self) -> None:
+        match = self.match = _TOKEN.match(self.text, self.pos)
+        if match is None:
+            if self.text[self.pos :].strip():
+                raise _LiteralError(f"unexpected text at character {self.pos}")
+            self.kind, self.char = None, ""
+            return
+        self.pos = match.end()
+        self.kind = match.lastgroup
+        self.char = match.group("punct") if self.kind == "punct" else ""
+
+    def expect(self, char: str) -> None:
+        if self.char != char:
+            raise _LiteralError(f"expected {char!r} at character {self.pos}")
+        self.advance()
+
+    def parse(self) -> Any:
+        value = self.value(0)
+        if self.kind is not None:
+            raise _LiteralError(f"more than one value (at character {self.pos})")
+        return value
+
+    def value(self, depth: int) -> Any:
+        match, kind = self.match, self.kind
+        if match is None:
+            raise _LiteralError("the text ends where a value should be")
+        if kind != "punct":
+            self.advance()
+            if kind == "num":
+                return self.number(match)
+            if kind == "str":
+                return _string(match.group("str"))
+            name = match.group("name")
+            return set() if name == "set()" else _NAMES[name]
+        char = self.char
+        closing = _CLOSING.get(char)
+        if closing is None:
+            raise _LiteralError(f"unexpected {char!r} at character {self.pos - 1}")
+        if depth >= _MAX_LITERAL_DEPTH:
+            raise _LiteralError(f"brackets nest more than {_MAX_LITERAL_DEPTH} deep")
+        self.advance()
+        if self.char == closing:
+            self.advance()
+            return [] if char == "[" else () if char == "(" else {}
+        first = self.value(depth + 1)
+        if char == "{" and self.char == ":":
+            return self.dict_items(first, depth)
+        if char == "(" and self.char == ")":  # (x) is x, not a tuple
+            self.advance()
+            return first
+        items = [first]
+        while self.char == ",":
+            self.advance()
+            if self.char == closing:
+                break
+            items.append(self.value(depth + 1))
+        self.expect(closing)
+        if char == "[":
+            return items
+        if char == "(":
+            return tuple(items)
+        try:
+            return set(items)
+        except TypeError as error:
+            raise _LiteralError(f"a set holds an unhashable value ({error})") from None
+
+    def dict_items(self, key: Any, depth: int) -> dict[Any, Any]:
+        result: dict[Any, Any] = {}
+        while True:
+            self.expect(":")
+            value = self.value(depth + 1)
+            try:
+                result[key] = value
+            except TypeError as error:
+                raise _LiteralError(f"a dict key is unhashable ({error})") from None
+            if self.char != ",":
+                break
+            self.advance()
+            if self.char == "}":
+                break
+            key = self.value(depth + 1)
+        self.expect("}")
+        return result
+
+    def number(self, match: re.Match[str]) -> Any:
+        value = _number(match)
+        if match.group("imag"):
+            return value
+        following = self.match
+        if (
+            self.kind == "num"
+            and following is not None
+            and following.group("imag")
+            and following.group("sign")
+        ):
+            self.advance()  # a complex number as repr writes it: (1-2j)
+            magnitude = _number(following, signed=False)
+            return value - magnitude if following.group("sign") == "-" else value + magnitude
+        return value
+
+
+def _number(match: re.Match[str], signed: bool = True) -> Any:
+    sign, digits, imag = match.group("sign", "digits", "imag")
+    try:
+        if imag:
+            value: Any = complex(0, float(digits))
+        elif "." in digits or "e" in digits or "E" in digits:
+            value = float(digits)
+        else:
+            value = int(digits)
+    except ValueError as error:  # an int of more digits than Python converts
+        raise _LiteralError(str(error)) from None
+    return -value if signed and sign == "-" else value
+
+
+def _string(token: str) -> str | bytes:
+    if token[0] in "'\"" and "\\" not in token:
+        return token[1:-1]
+    try:  # escapes or a prefix: one string constant, at a cost that grows with its length
+        value = ast.literal_eval(token)
+    except (ValueError, SyntaxError, MemoryError) as error:
+        raise _LiteralError(f"a string that is not a Python literal ({type(error).__name__})") from None
+    if not isinstance(value, (str, bytes)):
+        raise _LiteralError("a string that is not a Python literal")
+    return value
+
+
+def parse_literal(text: str) -> Any:
+    """The value of ``text``, a Python literal as ``repr`` writes it (see
+    :class:`_LiteralParser`); :class:`ValueError` where it is not one, or nests its
+    brackets more than :data:`_MAX_LITERAL_DEPTH` deep."""
+    try:
+        return _LiteralParser(text).parse()
+    except _LiteralError as error:
+        raise ValueError(str(error)) from None
+
+
 def _from_literal(text: Any, what: str) -> Any:
     if isinstance(text, np.ndarray) and text.dtype.kind in "US" and text.size == 1:
         text = text.reshape(-1)[0]
     if isinstance(text, bytes):
+        if len(text) > 4 * MAX_LITERAL_CHARS:
+            text = text[: 4 * MAX_LITERAL_CHARS + 4]  # over the limit either way; decode no more
         text = text.decode(errors="replace")
-    try:
-        return ast.literal_eval(str(text))
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as error:
+    if not isinstance(text, str):
         raise ParameterError(
-            f"{what} is {_shown(text)}, not a Python literal ({type(error).__name__}); remove the entry "
-            "or write the file again with nirbridge.adapters.elasticai.write"
+            f"{what} is {_shown(text)} ({_kind(text)}), not the text of a Python literal; remove the "
+            "entry or write the file again with nirbridge.adapters.elasticai.write"
+        )
+    if len(text) > MAX_LITERAL_CHARS:
+        raise ParameterError(
+            f"{what} holds {len(text)} characters, more than the {MAX_LITERAL_CHARS} "
+            "(nirbridge.adapters.elasticai.MAX_LITERAL_CHARS) this adapter reads in one entry, and more "
+            "than it writes; remove the entry or write the file again with "
+            "nirbridge.adapters.elasticai.write"
+        )
+    try:
+        return parse_literal(text)
+    except (ValueError, MemoryError, RecursionError) as error:
+        raise ParameterError(
+            f"{what} is {_shown(text)}, not a Python literal ({error}); remove the entry or write the "
+            "file again with nirbridge.adapters.elasticai.write"
         ) from None
 
 
 def _valid_node(value: Any) -> bool:
     if not (_str_dict(value) and isinstance(value.get("type"), str)):
         return False
+    if any(k.startswith("nir_") and (k != "nir_metadata" or value["type"] not in _IO) for k in value):
+        return False  # to_nir records no side channel of a layer's node
     target = value.get("implementation")
     return isinstance(target, str) or (target is None and value["type"] in _IO)
 
 
+def _valid_implementation(value: Any) -> bool:
+    return (
+        _str_dict(value)
+        and isinstance(value.get("type", ""), str)
+        and isinstance(value.get("name", ""), str)
+        and all(isinstance(value.get(k, {}), dict) for k in ("nodes", "edges"))
+        and not any(k.startswith("nir_") for k in value)  # to_nir records no side channel
+    )
+
+
 _STORED: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "elasticai.node": (
-        "a dict of the IR node's fields with a 'type' and an 'implementation' string",
+        "a dict of the IR node's fields with a 'type' and an 'implementation' string (and no "
+        "'nir_*' field but an input or output node's 'nir_metadata')",
         _valid_node,
     ),
     "elasticai.implementation": (
-        "a dict of the implementation's fields (its 'type' and 'name' strings)",
-        lambda v: (
-            _str_dict(v)
-            and isinstance(v.get("type", ""), str)
-            and isinstance(v.get("name", ""), str)
-            and all(isinstance(v.get(k, {}), dict) for k in ("nodes", "edges"))
-        ),
+        "a dict of the implementation's fields (its 'type' and 'name' strings, no 'nir_*' field)",
+        _valid_implementation,
     ),
     "elasticai.parameters": (
         "a tuple of state_dict field names",
@@ -376,3 +777,15 @@ def _stored(extra: Mapping[str, Any], key: str, owner: str) -> Any:
             "remove the entry or write the file again with nirbridge.adapters.elasticai.write"
         )
     return value
+
+
+def _stored_keys(extra: Mapping[str, Any], allowed: tuple[str, ...], owner: str, place: str) -> None:
+    """Refuse ``elasticai.*`` metadata keys that :func:`to_nir` does not write on ``place``:
+    a misspelt or misplaced key would otherwise be dropped unseen."""
+    wrong = [k for k in extra if k not in allowed]
+    if wrong:
+        raise ParameterError(
+            f"{owner}: metadata {_shown(wrong)} is not read here: on {place} this adapter writes only "
+            f"{', '.join(repr(k) for k in allowed)}. Remove the entry (or correct its name) or write the "
+            "file again with nirbridge.adapters.elasticai.write"
+        )

@@ -37,15 +37,37 @@ so that a round trip gives back what it started from:
   field the IR would not give back as it is (an array spelling of a stride, a shape
   that differs from the inferred one) to ``"nir_fields"``; an edge order that grouping
   by source changes to ``"nir_edges"``.
+
+Nothing given is dropped unseen, and nothing stored for the round trip overrides what
+the IR holds:
+
+* A state_dict key that names no implementation, names a graph implementation, or names
+  a field a built-in type does not take (``"fc.bais"`` of a ``linear``) is a
+  :class:`~nirbridge.ParameterError` naming the key. Entries a ``type_map`` converter
+  leaves, attributes and node fields NIR has no use for (kept for the way back) and
+  implementations no node uses are named in a
+  :class:`~nirbridge.LossyConversionWarning`. A ``nir_*`` field this adapter does not
+  read there, and an ``elasticai.*`` metadata key it does not write there, are errors.
+* ``nir_fields`` only restores how NIR spelt a value the IR holds too (another dtype or
+  byte order of the same numbers, ``2`` for ``(2, 2)``, ``"same"`` for the padding it
+  stands for, a shape with a leading batch axis of 1). One that gives other weights or
+  contradicts the inferred shapes is a :class:`~nirbridge.ParameterError` naming the
+  implementation, node and field; ``elasticai.*`` metadata that contradicts its node
+  is one naming the node and the metadata key.
+* ``elasticai.*`` metadata entries are Python literals of at most
+  :data:`MAX_LITERAL_CHARS` characters, read by a parser whose cost follows the value
+  it builds (``ast.literal_eval`` spends some 450 bytes a character): longer ones are
+  left out on writing (with a warning) and refused before parsing on reading.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
+import difflib
 import math
 import os
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,10 +94,15 @@ from ..layers import _nir_dim, conv_node
 from ..limits import MAX_NESTING, check_memory
 from ._elasticai_checks import (
     _IO,
+    _META,
+    _SIDE_CHANNEL,
+    MAX_LITERAL_CHARS,
     _array,
     _check_nesting,
+    _check_node_side_channel,
     _check_side_channel,
     _check_state_dict,
+    _field_disagreement,
     _int_attribute,
     _ints,
     _kind,
@@ -88,10 +115,12 @@ from ._elasticai_checks import (
     _shape_value,
     _shown,
     _stored,
+    _stored_keys,
     _string_keys,
+    parse_literal,
 )
 
-__all__ = ["FROM_NIR", "TO_NIR", "from_nir", "read", "to_nir", "write"]
+__all__ = ["FROM_NIR", "MAX_LITERAL_CHARS", "TO_NIR", "from_nir", "read", "to_nir", "write"]
 
 IR = dict[str, dict[str, Any]]
 StateDict = dict[str, torch.Tensor]
@@ -99,7 +128,10 @@ ToNir = Callable[[dict[str, Any], dict[str, np.ndarray]], nir.NIRNode]
 FromNir = Callable[[Any], "tuple[str, dict[str, Any], dict[str, np.ndarray]] | None"]
 
 _GRAPH_TYPES = ("NIRGraph", "module")
-_SIDE_CHANNEL = ("nir_metadata", "nir_fields", "nir_edges", "nir_output")
+_NODE_FIELDS = ("type", "implementation")  # what an IR node record holds
+_IO_FIELDS = ("type", "implementation", "shape", "nir_metadata")  # an input or output node's
+_ON_GRAPHS = ("elasticai.implementation", "elasticai.edges")  # what to_nir records on a graph
+_ON_LAYERS = ("elasticai.node", "elasticai.implementation", "elasticai.parameters")  # on a layer's node
 
 
 # ----------------------------------------------------------------------------- elasticai → NIR
@@ -127,6 +159,28 @@ class _Parameters(dict):
 
     def __missing__(self, key: str) -> np.ndarray:
         raise _MissingParameter(key)
+
+
+class _Attributes(dict):
+    """A converter's attributes, noting which it looks at (read, ``get`` or ``in``), so
+    that those a built-in converter never looks at can be named."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.read.add(key)
+        return super().__contains__(key)
 
 
 def _check(attributes: Mapping[str, Any], key: str, actual: int, what: str) -> None:
@@ -223,6 +277,18 @@ TO_NIR: dict[str, ToNir] = {
 ``parameters`` are the implementation's state_dict entries as numpy arrays (by field).
 NIR type names (``"LIF"``) and nested graphs are handled besides these."""
 
+_WEIGHTS: dict[Callable[..., Any], tuple[str, ...]] = {
+    linear_to_nir: ("weight", "bias"),
+    TO_NIR["conv1d"]: ("weight", "bias"),
+    TO_NIR["conv2d"]: ("weight", "bias"),
+    flatten_to_nir: (),
+}
+"""The built-in converters and the state_dict fields each takes: a state_dict entry or
+an attribute they do not read is named (an error for an entry, whose weights would be
+lost; a warning for an attribute, which the NIR node ignores but the IR read back keeps).
+A converter from ``type_map`` decides for itself what it needs: entries it leaves are
+named in one warning."""
+
 
 def _nir_class(kind: str) -> type | None:
     cls = getattr(nir, kind, None)
@@ -244,6 +310,12 @@ _ARRAY_TYPES = (np.ndarray, np.ndarray | None, "np.ndarray", "Optional[np.ndarra
 
 def _generic_to_nir(cls: type, attributes: dict[str, Any], parameters: _Parameters) -> nir.NIRNode:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    twice = [k for k in parameters if dict.__contains__(attributes, k)]
+    if twice:
+        raise ParameterError(
+            f"{cls.__name__}'s field(s) {twice} are given twice: as attributes of the implementation "
+            "and in the state_dict. Keep one (arrays go in the state_dict)"
+        )
     kwargs = {**attributes, **parameters}
     parameters.read.update(parameters)
     unknown = [k for k in kwargs if k not in fields or k in _SHAPE_FIELDS]
@@ -402,6 +474,17 @@ def _entries(ir: Any) -> list[tuple[str, dict[str, Any]]]:
     )
 
 
+def _agree_twice(outside: Mapping[str, Any], block: Mapping[str, Any], what: str) -> None:
+    """A 0.68 ``attributes`` block and the fields beside it may repeat a field, but not
+    give it two values (one would win unseen)."""
+    for key, value in block.items():
+        if key in outside and not _same(outside[key], value):
+            raise GraphStructureError(
+                f"{what} gives {key!r} the value {_shown(value)}, the record beside it "
+                f"{_shown(outside[key])}; keep one"
+            )
+
+
 def _nodes(value: Any, where: str) -> dict[str, dict[str, Any]]:
     if value is None:
         return {}
@@ -438,6 +521,7 @@ def _nodes(value: Any, where: str) -> dict[str, dict[str, Any]]:
             if not isinstance(block, Mapping):
                 raise GraphStructureError(f"{what}: 'attributes' is {_shown(block)}, not a dict")
             _string_keys(block, f"{what}: 'attributes'", GraphStructureError)
+            _agree_twice(record, block, f"{what}: 'attributes'")
             record = {**block, **record}
         if not isinstance(record.get("type"), str):
             raise GraphStructureError(
@@ -451,7 +535,7 @@ def _nodes(value: Any, where: str) -> dict[str, dict[str, Any]]:
             )
         for key, field in record.items():
             _check_nesting(field, f"{what}, field {key!r}")
-        _metadata_dict(record.get("nir_metadata"), f"{what}: 'nir_metadata'")
+        _check_node_side_channel(record, what)
         nodes[name] = record
     return nodes
 
@@ -469,6 +553,11 @@ def _edge(data: Any, where: str) -> tuple[str, str, dict[str, Any]]:
     src = rest.pop("src", None)
     dst = rest.pop("dst", None)
     sink = rest.pop("sink", None)
+    if dst is not None and sink is not None and not _same(dst, sink):
+        raise GraphStructureError(
+            f"{where}: edge {_shown(dict(data))} names its target twice, 'dst' {_shown(dst)} and 'sink' "
+            f"{_shown(sink)}; keep one"
+        )
     dst = dst if dst is not None else sink
     if not isinstance(src, str) or not isinstance(dst, str):
         raise GraphStructureError(f"{where}: edge {_shown(dict(data))} needs 'src' and 'dst' (or 'sink')")
@@ -539,6 +628,8 @@ def _normalize(ir: Any) -> tuple[dict[str, _Impl], str]:
                     "its type and hyperparameters"
                 )
             _string_keys(block, f"{where}: 'attributes'", GraphStructureError)
+            given_twice = {**attributes, "type": kind} if "type" in record else attributes
+            _agree_twice(given_twice, block, f"{where}: 'attributes'")
             kind = block.get("type", kind)
             attributes.update({k: v for k, v in block.items() if k != "type"})
         if not isinstance(kind, str):
@@ -549,7 +640,7 @@ def _normalize(ir: Any) -> tuple[dict[str, _Impl], str]:
             raise GraphStructureError(f"two implementations are named {name!r}")
         for key, field in attributes.items():
             _check_nesting(field, f"{where}, field {key!r}")
-        _check_side_channel(attributes, where)
+        _check_side_channel(attributes, where, kind in _GRAPH_TYPES)
         impls[name] = _Impl(
             name, kind, attributes, _nodes(record.get("nodes"), where), _edges(record.get("edges"), where)
         )
@@ -602,20 +693,34 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _literal(value: Any, what: str) -> str | None:
-    text = repr(value)
+    """``value`` as the Python literal a .nir file keeps it in, checked to read back as
+    it is (with the bounded reader :func:`from_nir` uses); None, with a
+    :class:`~nirbridge.LossyConversionWarning`, where it is no literal or longer than
+    :data:`MAX_LITERAL_CHARS`."""
     try:
-        ok = _same(ast.literal_eval(text), value)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        ok = False
-    if not ok:
-        warnings.warn(
-            f"{what} holds values that a .nir file cannot keep as Python literals ({text[:80]}); "
-            "the IR read back from NIR differs there",
-            LossyConversionWarning,
-            stacklevel=4,
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - an int too long to print, a hostile __repr__
+        text = None
+    if text is not None and len(text) > MAX_LITERAL_CHARS:
+        problem = (
+            f"is {len(text)} characters long as a Python literal, more than the {MAX_LITERAL_CHARS} "
+            "(nirbridge.adapters.elasticai.MAX_LITERAL_CHARS) a .nir file keeps in one entry"
         )
-        return None
-    return text
+    else:
+        try:
+            ok = text is not None and _same(parse_literal(text), value)
+        except (ValueError, MemoryError, RecursionError):
+            ok = False
+        if ok:
+            return text
+        shown = text[:80] if text is not None else f"a {type(value).__name__} that cannot be printed"
+        problem = f"holds values that a .nir file cannot keep as Python literals ({shown})"
+    warnings.warn(
+        f"{what} {problem}; it is left out, so the IR read back from NIR differs there",
+        LossyConversionWarning,
+        stacklevel=4,
+    )
+    return None
 
 
 # ----------------------------------------------------------------------------- IR → NIR (raw)
@@ -651,12 +756,25 @@ class _IrToNir:
         self.impls, self.root, self.type_map = impls, root, type_map
         self.parameters: dict[str, dict[str, Any]] = {}
         _check_state_dict(state_dict)
+        nameless, of_graphs = [], []
         for key, value in (state_dict or {}).items():
-            owner, _, field = key.rpartition(".")
-            if owner in impls and field:
+            owner, dot, field = key.rpartition(".")
+            if not (dot and field and owner in impls):
+                nameless.append(key)
+            elif impls[owner].type in _GRAPH_TYPES:
+                of_graphs.append(key)
+            else:
                 self.parameters.setdefault(owner, {})[field] = value
+        if nameless:
+            raise ParameterError(_nameless_keys(nameless, impls))
+        if of_graphs:
+            raise ParameterError(
+                f"state_dict entries {_listed(of_graphs)} belong to graph implementations, which hold "
+                "no weights of their own (their nodes' implementations do: '<graph>.<node>.<field>'); "
+                "correct the keys or remove them"
+            )
         self.used: dict[str, set[str]] = {}
-        self.fields: list[tuple[nir.NIRNode, dict[str, Any]]] = []  # nir_fields, applied last
+        self.fields: list[tuple[nir.NIRNode, dict[str, Any], str]] = []  # nir_fields, checked last
         self.declared: list[tuple[str, nir.Output, np.ndarray]] = []  # output shapes the IR gives
 
     def check_types(self) -> None:
@@ -732,8 +850,28 @@ class _IrToNir:
         return target
 
     def graph(self, impl: _Impl, path: str) -> nir.NIRGraph:
+        where = f"implementation {impl.name!r}"
         original = impl.attributes.get("nir_output")  # the NIR name of the IR's "output"
-        renamed = isinstance(original, str) and "output" in impl.nodes and original not in impl.nodes
+        renamed = original is not None
+        if renamed and (impl.nodes.get("output", {}).get("type") != "output" or original in impl.nodes):
+            raise GraphStructureError(
+                f"{where}: 'nir_output' gives node 'output' the NIR name {original!r}, but "
+                + (
+                    f"a node is named {original!r} already"
+                    if original in impl.nodes
+                    else "the graph has no output node named 'output'"
+                )
+                + "; correct or remove 'nir_output'"
+            )
+        ignored = [k for k in impl.attributes if k not in _SIDE_CHANNEL]
+        if ignored:
+            warnings.warn(
+                f"{where} ({impl.type}, node {path or '<root>'!r}): attribute(s) {_listed(ignored)} have no "
+                "place in a NIR graph, so the graph ignores them (its metadata keeps them for the IR "
+                "read back)",
+                LossyConversionWarning,
+                stacklevel=4,
+            )
 
         def nir_name(name: str) -> str:
             return original if renamed and name == "output" else name
@@ -742,6 +880,16 @@ class _IrToNir:
         for name, record in impl.nodes.items():
             label = f"{path}.{name}" if path else name
             kind = record["type"]
+            ignored = [k for k in record if k not in (_IO_FIELDS if kind in _IO else _NODE_FIELDS)]
+            if ignored:
+                warnings.warn(
+                    f"IR node {label!r} ({kind}): field(s) {_listed(ignored)} mean nothing to NIR (a node "
+                    f"record holds {', '.join(_IO_FIELDS if kind in _IO else _NODE_FIELDS)}), so the NIR "
+                    "graph ignores them; its metadata keeps them for the IR read back. Correct the name "
+                    "if one is misspelt",
+                    LossyConversionWarning,
+                    stacklevel=4,
+                )
             if kind in _IO:
                 shape = record.get("shape")
                 value = (
@@ -760,10 +908,9 @@ class _IrToNir:
                     sub.attributes.get("nir_metadata"), f"implementation {sub.name!r}"
                 )
                 if sub.attributes.get("nir_fields"):
-                    where = f"implementation {sub.name!r} (node {label!r})"
-                    self.fields.append((node, _nir_fields(node, sub.attributes["nir_fields"], where)))
+                    at = f"implementation {sub.name!r} (node {label!r})"
+                    self.fields.append((node, _nir_fields(node, sub.attributes["nir_fields"], at), at))
             nodes[nir_name(name)] = node
-        where = f"implementation {impl.name!r}"
         for src, dst, _ in impl.edges:
             for end in (src, dst):
                 if end not in impl.nodes:
@@ -778,11 +925,13 @@ class _IrToNir:
                 for end in (src, dst):
                     if end not in nodes:
                         raise MissingNodeError((src, dst), end, file=f"{where}, 'nir_edges'")
-            only_nir, only_ir = set(edges) - set(ir_edges), set(ir_edges) - set(edges)
+            counted, ir_counted = Counter(edges), Counter(ir_edges)  # an edge listed twice sums twice
+            only_nir, only_ir = set(counted - ir_counted), set(ir_counted - counted)
             if only_nir or only_ir:
                 raise GraphStructureError(
                     f"{where}: 'nir_edges' (the order NIR gave its edges) does not list the same edges as "
-                    f"'edges': {sorted(only_nir)} only in 'nir_edges', {sorted(only_ir)} only in 'edges'. "
+                    f"'edges', counting repeats: {_listed(sorted(only_nir))} only in 'nir_edges', "
+                    f"{_listed(sorted(only_ir))} only in 'edges'. "
                     "Remove 'nir_edges' (the edges then keep the order of 'edges') or correct it"
                 )
         return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
@@ -790,7 +939,7 @@ class _IrToNir:
     def node(self, impl: _Impl, label: str) -> nir.NIRNode:
         given = self.parameters.get(impl.name, {})
         parameters = _Parameters({k: _array(f"{impl.name}.{k}", v) for k, v in given.items()})
-        attributes = {k: v for k, v in impl.attributes.items() if k not in _SIDE_CHANNEL}
+        attributes = _Attributes({k: v for k, v in impl.attributes.items() if k not in _SIDE_CHANNEL})
         where = f"implementation {impl.name!r} ({impl.type}, node {label!r})"
         convert = self.type_map.get(impl.type)
         with warnings.catch_warnings(record=True) as caught:
@@ -818,9 +967,41 @@ class _IrToNir:
             raise NodeConversionError(
                 label, impl.type, TypeError(f"its converter returned {type(node).__name__}, not a NIR node")
             )
+        weights = next((w for fn, w in _WEIGHTS.items() if fn is convert), None)  # converters may not hash
+        if weights is not None:
+            self.unread(impl, where, weights, parameters, attributes)
         used = self.used.setdefault(impl.name, set())
         used.update(parameters.read & set(given))
         return node
+
+    def unread(
+        self,
+        impl: _Impl,
+        where: str,
+        weights: tuple[str, ...],
+        parameters: _Parameters,
+        attributes: _Attributes,
+    ) -> None:
+        """Name what a built-in converter did not read: state_dict entries are an error
+        (their weights would be lost), attributes a warning (the NIR node ignores them;
+        the IR read back keeps them)."""
+        extra = [f"{impl.name}.{k}" for k in parameters if k not in parameters.read]
+        if extra:
+            raise ParameterError(
+                f"{where}: the state_dict holds {_listed(extra)}, which {impl.type} has no field for (it "
+                f"takes {', '.join(repr(w) for w in weights) or 'no weights'}); correct the key(s) or remove "
+                "them. A type_map converter may take other fields"
+            )
+        ignored = [k for k in attributes if k not in attributes.read]
+        if ignored:
+            warnings.warn(
+                f"{where}: attribute(s) {_listed(ignored)} mean nothing to {impl.type} (it reads "
+                f"{', '.join(repr(k) for k in sorted(attributes.read)) or 'no attributes'}), so the NIR node "
+                "ignores them; its metadata keeps them for the IR read back. Correct the name if one is "
+                "misspelt",
+                LossyConversionWarning,
+                stacklevel=5,
+            )
 
     def unused_parameters(self) -> list[str]:
         return [
@@ -829,6 +1010,31 @@ class _IrToNir:
             for field in fields
             if field not in self.used.get(owner, set())
         ]
+
+
+def _listed(keys: list[str], most: int = 8) -> str:
+    """Keys as a list for a message, at most ``most`` of them (and how many more)."""
+    shown = ", ".join(_shown(k) for k in keys[:most])
+    return f"[{shown}]" if len(keys) <= most else f"[{shown}, ... ({len(keys) - most} more)]"
+
+
+def _nameless_keys(keys: list[str], impls: Mapping[str, _Impl]) -> str:
+    """The message for state_dict keys that name no implementation of the IR."""
+    names = sorted(impls)
+    hints = []
+    for key in keys[:8]:
+        owner = key.rpartition(".")[0]
+        cheap = len(owner) <= 200 and len(names) <= 2000  # difflib compares with every name
+        close = difflib.get_close_matches(owner, names, n=1) if cheap else []
+        if close:
+            hints.append(f"{_shown(key)}: did you mean {_shown(close[0] + key[len(owner) :])}?")
+    listed = ", ".join(_shown(n) for n in names[:12]) + (", ..." if len(names) > 12 else "")
+    return (
+        f"state_dict keys {_listed(keys)} name no implementation of the IR (keys are "
+        f"'<implementation>.<field>'; its implementations: {listed})"
+        + (f" ({'; '.join(hints)})" if hints else "")
+        + ". Correct the keys or remove them: the IR would be converted without those weights"
+    )
 
 
 def _input_shapes(
@@ -934,8 +1140,17 @@ def _ir_to_graph(
                 "correct or remove its 'shape'"
             )
         output.input_type, output.output_type = {"input": shape}, {"output": shape}
-    for node, fields in build.fields:
+    for node, fields, where in build.fields:  # NIR's spelling of what the IR holds, never other values
         for field, value in fields.items():
+            built = getattr(node, field)
+            problem = _field_disagreement(node, field, built, value)
+            if problem is not None:
+                raise ParameterError(
+                    f"{where}: 'nir_fields' gives {type(node).__name__} field {field!r} {_shown(value)}, "
+                    "but the implementation, its state_dict entries and the inferred shapes give "
+                    f"{_shown(built)} ({problem}). 'nir_fields' only restores how NIR spelt a value, never "
+                    "another value; correct or remove the entry"
+                )
             setattr(node, field, value)
     if isinstance(graph, nir.NIRGraph):
         graph._update_input_output_types()
@@ -945,11 +1160,17 @@ def _ir_to_graph(
 # ----------------------------------------------------------------------------- NIR → IR (raw)
 
 
-def _tensor(value: np.ndarray) -> torch.Tensor:
+def _tensor(value: np.ndarray, what: str) -> torch.Tensor:
     array = np.ascontiguousarray(value)
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
-    return torch.from_numpy(array.copy())
+    try:
+        return torch.from_numpy(array.copy())
+    except TypeError:  # a dtype torch has no counterpart for (float128, ...)
+        raise ParameterError(
+            f"{what} has dtype {array.dtype}, which a torch state_dict cannot hold; store it as "
+            "float64 or another dtype torch has"
+        ) from None
 
 
 class _NirToIr:
@@ -961,12 +1182,18 @@ class _NirToIr:
 
     def run(self, graph: nir.NIRGraph) -> tuple[IR, StateDict]:
         metadata, extra = _metadata_of(graph, "the graph")
+        _stored_keys(extra, _ON_GRAPHS, "the graph", "the root graph")
         root: dict[str, Any] = {}
         if "elasticai.implementation" in extra:
             root = _stored(extra, "elasticai.implementation", "the graph")
         root = {k: v for k, v in root.items() if k not in ("nodes", "edges")}
         name = root.pop("name", "")
-        root.pop("type", None)
+        if root.pop("type", "module") != "module":
+            raise ParameterError(
+                "the graph: metadata 'elasticai.implementation' gives the root another type than "
+                "'module', the only one an IR's root has; remove the entry or write the file again with "
+                "nirbridge.adapters.elasticai.write"
+            )
         if metadata:
             root["nir_metadata"] = metadata
         record: dict[str, Any] = {**root, "nodes": {}, "edges": {}, "type": "module", "name": name}
@@ -1033,10 +1260,21 @@ class _NirToIr:
             if not unknown:
                 owner = f"node {path!r} ({type(node).__name__})"
                 node_record["shape"] = graph_utils.integers(shape, "shape", owner)
+            _stored_keys(extra, ("elasticai.node",), f"node {path!r}", f"an {type(node).__name__} node")
+            if "elasticai.node" in extra:  # the record as the IR spelt it; the node's own values win
+                stored = _stored(extra, "elasticai.node", f"node {path!r}")
+                if "shape" in stored and "shape" in node_record:
+                    what = f"node {path!r}: metadata 'elasticai.node', 'shape'"
+                    spelt, held = _shape_value(stored["shape"], what), tuple(node_record["shape"])
+                    if spelt != held:
+                        raise ParameterError(
+                            f"node {path!r}: metadata 'elasticai.node' gives shape {spelt}, but the "
+                            f"{type(node).__name__} node holds {held}; remove the entry or write the file "
+                            "again with nirbridge.adapters.elasticai.write"
+                        )
+                node_record = {k: v for k, v in stored.items() if k != "nir_metadata"}
             if metadata:
                 node_record["nir_metadata"] = metadata
-            if "elasticai.node" in extra:
-                node_record = _stored(extra, "elasticai.node", f"node {path!r}")
             return node_record
         if isinstance(node, nir.NIRGraph):
             kind, attributes, parameters = "NIRGraph", {}, {}
@@ -1056,10 +1294,26 @@ class _NirToIr:
             stored = _stored(extra, "elasticai.implementation", f"node {path!r}")
             kind = stored.pop("type", kind)
             attributes = {k: v for k, v in stored.items() if k not in ("name", "nodes", "edges")}
+        is_graph = kind in _GRAPH_TYPES and isinstance(node, nir.NIRGraph)
+        _stored_keys(
+            extra,
+            (*_ON_GRAPHS, "elasticai.node") if is_graph else _ON_LAYERS,
+            f"node {path!r}",
+            f"a node that becomes a {'graph' if is_graph else 'layer'} implementation ({kind})",
+        )
         if metadata:
             attributes["nir_metadata"] = metadata
         if "elasticai.parameters" in extra:
             keep = _stored(extra, "elasticai.parameters", f"node {path!r}")
+            absent = [k for k in keep if k not in parameters]
+            if absent:
+                warnings.warn(
+                    f"node {path!r} ({type(node).__name__}): metadata 'elasticai.parameters' names "
+                    f"{_listed(absent)}, which this node does not hold (its fields: "
+                    f"{', '.join(sorted(parameters)) or 'none'}); the state_dict read back lacks them",
+                    LossyConversionWarning,
+                    stacklevel=5,
+                )
             parameters = {k: v for k, v in parameters.items() if k in keep}
         parameters = {
             k: _parameter(v, f"node {path!r} ({type(node).__name__}), field {k!r}")
@@ -1067,7 +1321,7 @@ class _NirToIr:
         }
         if target in self.impls:
             if "elasticai.node" in extra:  # IR nodes that share one implementation
-                self.shared(target, path, parameters)
+                self.shared(target, path, kind, attributes, parameters)
                 return node_record
             target = _unique(target, self.impls)  # "a.b" at the top and "b" in graph "a"
             node_record["implementation"] = target
@@ -1079,16 +1333,30 @@ class _NirToIr:
         else:
             self.impls[target] = {**attributes, "nodes": {}, "edges": {}, "name": target, "type": kind}
         for field, value in parameters.items():
-            self.state[f"{target}.{field}"] = _tensor(value)
+            what = f"node {path!r} ({type(node).__name__}), field {field!r}"
+            self.state[f"{target}.{field}"] = _tensor(value, what)
         return node_record
 
-    def shared(self, target: str, path: str, parameters: Mapping[str, Any]) -> None:
+    def shared(
+        self, target: str, path: str, kind: str, attributes: Mapping[str, Any], parameters: Mapping[str, Any]
+    ) -> None:
+        """Node ``path`` shares implementation ``target`` with a node converted before:
+        what it holds otherwise (type, attributes, metadata, parameters) cannot be kept."""
         first = self.owner.get(target, target)
+        record = self.impls[target]
+        mine = {**attributes, "type": kind}
+        theirs = {k: v for k, v in record.items() if k not in ("nodes", "edges", "name")}
         differ = [
+            k for k in {**theirs, **mine} if not (k in mine and k in theirs and _same(mine[k], theirs[k]))
+        ]
+        held = {k.rpartition(".")[2]: v for k, v in self.state.items() if k.rpartition(".")[0] == target}
+        differ += [
             field
-            for field, value in parameters.items()
-            if not np.array_equal(
-                np.asarray(value), self.state.get(f"{target}.{field}", torch.empty(0)).numpy()
+            for field in {**held, **parameters}
+            if not (
+                field in held
+                and field in parameters
+                and np.array_equal(np.asarray(parameters[field]), held[field].numpy())
             )
         ]
         if differ:
@@ -1194,27 +1462,32 @@ def _record_ir_in_metadata(
     orphans = [name for name in impls if name not in reached]
     if orphans:
         warnings.warn(
-            f"implementations {orphans} are used by no node of the IR; NIR has no place for them",
+            f"implementations {_listed(orphans)} are used by no node of the IR; NIR has no place for them",
             LossyConversionWarning,
             stacklevel=3,
         )
 
 
 def _record_nir_in_ir(graph: nir.NIRGraph, ir: IR, rebuilt: nir.NIRGraph) -> None:
-    """Store in ``ir`` what IR → NIR would not give back as ``graph`` holds it."""
+    """Store in ``ir`` what IR → NIR would not give back as ``graph`` holds it: NIR's
+    spelling of a value the IR holds too goes to ``nir_fields``. A value the IR gives
+    otherwise is an error where this adapter's metadata on the node made it so (the
+    metadata contradicts the node), else a :class:`~nirbridge.LossyConversionWarning`
+    (a declared shape the data flow contradicts: the IR keeps the shape that arrives)."""
 
-    def visit(original: nir.NIRGraph, again: nir.NIRGraph, record: dict[str, Any]) -> None:
+    def visit(original: nir.NIRGraph, again: nir.NIRGraph, record: dict[str, Any], prefix: str) -> None:
         edges = [(str(a), str(b)) for a, b in original.edges]
         if edges != [(str(a), str(b)) for a, b in again.edges]:
             record["nir_edges"] = edges
         for name, node in original.nodes.items():
             if isinstance(node, (nir.Input, nir.Output)):
                 continue  # their IR nodes carry their shapes
+            path = f"{prefix}.{name}" if prefix else name
             other = again.nodes[name]
             node_record = record["nodes"][name]
             target = ir[node_record["implementation"]]
             if isinstance(node, nir.NIRGraph):
-                visit(node, other, target)
+                visit(node, other, target, path)
                 continue
             differ = {}
             for f in dataclasses.fields(node):
@@ -1222,13 +1495,33 @@ def _record_nir_in_ir(graph: nir.NIRGraph, ir: IR, rebuilt: nir.NIRGraph) -> Non
                     continue
                 if f.name == "input_type" and not isinstance(node, nir.Flatten):
                     continue
-                value = getattr(node, f.name)
-                if not _same_field(value, getattr(other, f.name)):
+                value, built = getattr(node, f.name), getattr(other, f.name)
+                if _same_field(value, built):
+                    continue
+                problem = _field_disagreement(node, f.name, built, value)
+                if problem is None:
                     differ[f.name] = value
+                    continue
+                kind = type(node).__name__
+                stored = sorted(
+                    k for k in (node.metadata or {}) if isinstance(k, str) and k.startswith(_META)
+                )
+                if stored:
+                    raise ParameterError(
+                        f"node {path!r} ({kind}): its metadata {stored} makes the IR give field {f.name!r} "
+                        f"{_shown(built)}, but the node holds {_shown(value)} ({problem}); remove those "
+                        "entries or write the file again with nirbridge.adapters.elasticai.write"
+                    )
+                warnings.warn(
+                    f"node {path!r} ({kind}): field {f.name!r} holds {_shown(value)}, but what flows through "
+                    f"the graph makes it {_shown(built)} ({problem}); the IR keeps {_shown(built)}",
+                    LossyConversionWarning,
+                    stacklevel=4,
+                )
             if differ:
                 target.setdefault("nir_fields", {}).update(differ)
 
-    visit(graph, rebuilt, next(r for r in ir.values() if r.get("type") == "module"))
+    visit(graph, rebuilt, next(r for r in ir.values() if r.get("type") == "module"), "")
 
 
 def _same_field(a: Any, b: Any) -> bool:
@@ -1282,8 +1575,10 @@ def to_nir(
     Edges keep the IR's order; a node fed by several edges sums them, as NIR does.
     Raises :class:`~nirbridge.UnsupportedImplementationError` listing every node whose
     type NIR cannot express, :class:`~nirbridge.ParameterError` naming the implementation
-    whose weight is missing or does not fit, and :class:`~nirbridge.MissingShapeError`
-    when no shape is known. A malformed IR (a field of the wrong type, a name that is not
+    whose weight is missing or does not fit, the state_dict keys that name no
+    implementation or no field of a built-in type, and the ``nir_fields`` entry that
+    contradicts the weights or shapes, and :class:`~nirbridge.MissingShapeError` when no
+    shape is known. A malformed IR (a field of the wrong type, a name that is not
     a string, an edge to a node that does not exist, graph implementations nested more
     than :data:`nirbridge.limits.MAX_NESTING` deep or holding themselves) is a
     :class:`~nirbridge.GraphStructureError` (:class:`~nirbridge.MissingNodeError` for
@@ -1296,7 +1591,7 @@ def to_nir(
     unused = build.unused_parameters()
     if unused:
         warnings.warn(
-            f"state_dict entries {unused} belong to implementations of the IR but no NIR field "
+            f"state_dict entries {_listed(unused)} belong to implementations of the IR but no NIR field "
             "holds them; they are left out",
             LossyConversionWarning,
             stacklevel=2,

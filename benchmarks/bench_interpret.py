@@ -7,14 +7,17 @@ Build: Affine -> LIF chains of 802 and 1602 nodes (Input and Output included).
 Step: a 4-layer, 128-wide Affine -> LIF network at batch 32. nirtorch wraps the very
 same node modules (nirbridge's LIF and torch.nn.Linear), and a hand-written loop calls
 those modules directly, so the figures compare only the glue around them.
-Targets (issue 2): 802-node build >= 50x faster than nirtorch, 1602-node build < 1 s,
-per-step latency <= nirtorch's and within 10% of the hand-written loop.
+Targets (issues 2 and 31): 802-node build >= 50x faster than nirtorch, 1602-node build
+< 1 s, per-step latency <= 1.03x nirtorch's (every call-time check kept) and within 10% of
+the hand-written loop. The load average is printed with every figure: time on a quiet
+machine only.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import time
 
@@ -53,6 +56,12 @@ def affine_lif_chain(
     return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
 
 
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages: a busy machine flatters nothing here."""
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.2f} {five:.2f} {fifteen:.2f}"
+
+
 def best_of(fn, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -79,13 +88,15 @@ def bench_build(sizes: list[int], quick: bool) -> None:
             print(f"{n_nodes:>7} {ours:>10.3f} {'skipped':>10} {'':>8}")
             continue
         theirs = best_of(lambda g=graph: nirtorch.nir_to_torch(g, NIRTORCH_MAP), 1)
-        print(f"{n_nodes:>7} {ours:>10.3f} {theirs:>10.3f} {theirs / ours:>7.0f}x")
+        print(
+            f"{n_nodes:>7} {ours:>10.3f} {theirs:>10.3f} {theirs / ours:>7.0f}x   (target >= 50x)  {_load()}"
+        )
 
 
 def _unchecked(state, inputs, reference, spec):
     """What the generated forward did before the call-time checks: unpack the state
     (batched inputs, so no single sample to unbatch)."""
-    return (*unpack_state(state), False, *inputs)
+    return (*unpack_state(state), False, inputs[0].shape[0], *inputs)
 
 
 def without_checks(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -158,11 +169,14 @@ def bench_step(steps: int, repeats: int, device: str) -> None:
             for name, fn in variants.items():
                 samples[name].append(best_of(fn, 1) / steps * 1e6)
         results = {name: statistics.median(values) for name, values in samples.items()}
-    print(f"\nper-step latency (us), 4 x 128 LIF, batch 32, {device}, median of {repeats} x {steps} steps")
+    print(
+        f"\nper-step latency (us), 4 x 128 LIF, batch 32, {device}, median of {repeats} x {steps} steps, "
+        + _load()
+    )
     for name, value in results.items():
         print(f"  {name:<10} {value:8.1f}   ratio to nirbridge {value / results['nirbridge']:.2f}")
     print(f"  nirbridge / hand loop = {results['nirbridge'] / results['hand loop']:.3f} (target <= 1.10)")
-    print(f"  nirbridge / nirtorch  = {results['nirbridge'] / results['nirtorch']:.3f} (target <= 1.00)")
+    print(f"  nirbridge / nirtorch  = {results['nirbridge'] / results['nirtorch']:.3f} (target <= 1.03)")
     print(
         f"  nirbridge / unchecked = {results['nirbridge'] / results['unchecked']:.3f} "
         "(the call-time checks; target <= 1.05)"

@@ -30,7 +30,7 @@ import torch.fx as fx
 
 from . import graph as graph_utils
 from . import layers, neurons, validate
-from .checks import check_output, check_step, state_type_name, unbatch
+from .checks import check_output, check_step, stamped, state_type_name, unbatch
 from .engine import precision as _precision
 from .errors import (
     AssumedDtWarning,
@@ -45,7 +45,7 @@ from .errors import (
 )
 from .neurons.modules import DEFAULT_DT, check_dt
 from .neurons.simulator import SimulatorNeuron
-from .state import DELAYED, NODES, State
+from .state import DELAYED, NODES
 
 __all__ = ["DEFAULT_MAP", "NodeMap", "nir_to_torch"]
 
@@ -178,9 +178,13 @@ def nir_to_torch(
         _check_supported(nir.NIRGraph(nodes={"node": graph}, edges=[], type_check=False), merged)
         module = _convert("node", graph, merged, dt)
     _make_trainable(module, trainable)
-    module = module.to(dtype=target_dtype)
-    if target_device is not None:
-        module = module.to(target_device)
+    token = _CASTING.set(True)  # check_parameters checked the values for target_dtype
+    try:
+        module = module.to(dtype=target_dtype)
+        if target_device is not None:
+            module = module.to(target_device)
+    finally:
+        _CASTING.reset(token)
     return module
 
 
@@ -717,7 +721,9 @@ class _Retracer(fx.Tracer):
     helpers are recorded as calls instead of being run on proxies."""
 
     def __init__(self) -> None:
-        super().__init__(autowrap_functions=(check_step, check_output, add_delayed, delayed_only, unbatch))
+        super().__init__(
+            autowrap_functions=(check_step, check_output, add_delayed, delayed_only, unbatch, stamped)
+        )
 
 
 _RESERVED = frozenset(dir(fx.GraphModule)) | {"graph", "code", "meta", "training"}
@@ -879,10 +885,11 @@ def _build(
     node_states = g.create_node("call_function", operator.getitem, (checked, 0), name="node_states")
     delayed_in = g.create_node("call_function", operator.getitem, (checked, 1), name="delayed_outputs")
     single = g.create_node("call_function", operator.getitem, (checked, 2), name="single_sample")
+    batch_size = g.create_node("call_function", operator.getitem, (checked, 3), name="batch_size")
     for index, name in enumerate(the_plan.inputs):
         raw = values[name]
         values[name] = g.create_node(
-            "call_function", operator.getitem, (checked, 3 + index), name=f"{raw.name}_"
+            "call_function", operator.getitem, (checked, 4 + index), name=f"{raw.name}_"
         )
         values[name].meta["nir_node"] = name
     reference = values[the_plan.inputs[0]]
@@ -959,7 +966,9 @@ def _build(
         DELAYED: {source: values[source] for source in the_plan.delayed_sources},
     }
     if not path:  # the state a user holds: a dict whose deep copy works while autograd records
-        new_state = g.create_node("call_function", State, (new_state,), name="state")
+        new_state = g.create_node(
+            "call_function", stamped, (new_state, dtype_of, batch_size, spec), name="state"
+        )
     g.output((out_value, new_state))
     g.lint()
     g._tracer_cls = _Retracer  # what pickle's reconstruction traces with

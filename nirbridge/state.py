@@ -64,7 +64,7 @@ class State(dict):
     returns a ``State``.
     """
 
-    __slots__ = ()
+    __slots__ = ("_stamp",)  # see nirbridge.checks.stamped: no copy or rebuild carries it
 
     def __deepcopy__(self, memo: dict[int, Any]) -> State:
         for leaf in pytree.tree_leaves(dict(self)):

@@ -34,6 +34,7 @@ refuses, with :class:`MemoryLimitError`, what the device cannot hold.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import warnings
 from typing import Any
@@ -138,6 +139,17 @@ class _Problems:
         self.suspicious: list[str] = []
 
 
+@functools.cache
+def _range(dtype: Any) -> tuple[float, float]:
+    """The largest finite value of ``dtype`` (inf where none is given) and the
+    magnitude below which it may hold a value as 0 (twice half its smallest subnormal,
+    so that values near the edge are cast to decide; 0 for float64 and none given)."""
+    if dtype is None:
+        return math.inf, 0.0
+    info = torch.finfo(dtype)
+    return float(info.max), 0.0 if dtype == torch.float64 else float(info.smallest_normal * info.eps)
+
+
 def _check_field(
     node: Any,
     field: str,
@@ -169,27 +181,28 @@ def _check_field(
             "remove the node or give it a weight"
         )
         return None
-    bad = ~np.isfinite(array)
-    if np.any(bad):
+    magnitude = np.abs(array)
+    top = float(magnitude.max()) if array.size else 0.0  # one pass answers most checks
+    if not math.isfinite(top):
+        bad = ~np.isfinite(array)
         kinds = sorted({"NaN" if np.isnan(v) else "infinite" for v in array[bad].reshape(-1)})
         problems.errors.append(
             f"{owner}: {field} is {' and '.join(kinds)} at {_where(bad, array.shape)}; the equations "
             "are meaningless there. Fix the value where the file was written"
         )
         return None
-    largest = float(torch.finfo(dtype).max) if dtype is not None else math.inf
-    huge = np.abs(array) > largest
-    if np.any(huge):
+    largest, smallest = _range(dtype)
+    if top > largest:
+        huge = magnitude > largest
         problems.errors.append(
             f"{owner}: {field} is {float(array[huge].reshape(-1)[0]):.4g} at {_where(huge, array.shape)}, "
             f"beyond the largest number the module's dtype holds ({largest:.4g}), so it would compute with "
             "infinity; build with dtype=torch.float64, or fix the value"
         )
         return None
-    if dtype is not None and array.size:
-        flushed = (array != 0) & (
-            torch.from_numpy(np.ascontiguousarray(array, np.float64)).to(dtype) == 0
-        ).numpy()
+    if smallest and array.size and float(np.min(magnitude, where=array != 0, initial=np.inf)) <= smallest:
+        near = (magnitude <= smallest) & (array != 0)  # near half the smallest subnormal: cast those
+        flushed = near & (torch.from_numpy(np.ascontiguousarray(array, np.float64)).to(dtype) == 0).numpy()
         if np.any(flushed):
             problems.errors.append(
                 f"{owner}: {field} is {float(array[flushed].reshape(-1)[0]):.4g} at "
@@ -198,7 +211,7 @@ def _check_field(
                 "build with dtype=torch.float64, or fix the value"
             )
             return None
-    if field in TIME_CONSTANTS:
+    if field in TIME_CONSTANTS and array.size and float(array.min()) <= 0:
         zero = array == 0
         if np.any(zero):
             problems.errors.append(
@@ -207,17 +220,16 @@ def _check_field(
             )
             return None
         negative = array < 0
-        if np.any(negative):
-            problems.negative_tau.append(
-                f"{owner}: {field} is negative at {_where(negative, array.shape)}"
-                + (f" ({int(negative.sum())} of {negative.size})" if negative.size > 1 else "")
-                + f", down to {float(array.min()):.4g} s"
-            )
-    if field in ("r", "w_in") and array.size and np.all(array == 0):
+        problems.negative_tau.append(
+            f"{owner}: {field} is negative at {_where(negative, array.shape)}"
+            + (f" ({int(negative.sum())} of {negative.size})" if negative.size > 1 else "")
+            + f", down to {float(array.min()):.4g} s"
+        )
+    if field in ("r", "w_in") and array.size and top == 0:
         problems.suspicious.append(
             f"{owner}: {field} is 0 for every neuron, so the neurons ignore their input"
         )
-    if field == "weight" and np.all(array == 0):
+    if field == "weight" and top == 0:
         problems.suspicious.append(f"{owner}: weight is 0 everywhere, so the layer passes nothing on")
     if isinstance(node, nir.Delay):
         negative = array < 0

@@ -500,3 +500,35 @@ def test_calls_that_do_not_fit_the_forwards_arguments_are_named():
         gm(x, None, None)
     out, state = gm(x, state=None)  # by name is fine
     assert gm(input=x, state=state)[0].shape == out.shape
+
+
+def test_a_returned_state_is_checked_once_and_any_change_to_it_is_checked_again():
+    """check_step validates a state once per new state object: a state passed back as
+    it was returned skips the checks, and one whose entries were replaced, or that
+    belongs to another module, batch or dtype, is checked in full."""
+    gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-4)
+    x = (torch.rand(4, 2, 12) < 0.5).float()
+    out, state = gm(x[0])
+    assert getattr(state, "_stamp", None) is not None
+    stepped, again = [out], state
+    for t in range(1, 4):
+        o, again = gm(x[t], again)
+        stepped.append(o)
+    torch.testing.assert_close(torch.stack(stepped), nirbridge.run(gm, x).output, rtol=0, atol=0)
+    nodes = state["nodes"]
+    lif = next(k for k, v in nodes.items() if hasattr(v, "_fields"))
+    wrong = nodes[lif]._replace(**{nodes[lif]._fields[0]: torch.zeros(2, 3)})
+    nodes[lif] = wrong  # an entry replaced after the stamp: checked in full
+    with pytest.raises(nirbridge.StateError):
+        gm(x[1], state)
+    _, state = gm(x[0])
+    with pytest.raises(nirbridge.StateError):
+        gm(torch.rand(5, 12), state)  # another batch
+    other = nirbridge.nir_to_torch(BRAILLE, dt=1e-4)
+    assert torch.equal(other(x[1], state)[0], gm(x[1], state)[0])  # another module checks it itself
+    with pytest.raises(nirbridge.StateError):
+        gm.double()(x[1].double(), state)  # the stamp names the old dtype buffer
+    gm.float()
+    state["extra"] = 1
+    with pytest.raises(nirbridge.StateError):
+        gm(x[1], state)

@@ -24,6 +24,7 @@ inside, or worse, a different answer:
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import torch
@@ -283,6 +284,7 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
     batch = None
     single = None
     checked = []
+    device, dtype = reference.device, reference.dtype  # read once: each read makes an object
     for name, x, shape, own in zip(names, inputs, shapes, takers):
         if not top:  # a nested graph: its parent checked and cast the input
             checked.append(x)
@@ -290,37 +292,37 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
             continue
         if not isinstance(x, torch.Tensor):
             raise InputError(f"input {name!r} is a {type(x).__name__}; pass a tensor [B, ...]")
-        unusable = tensor_kind_problem(x)
-        if unusable:
-            raise InputError(f"input {name!r} is {unusable}")
-        if x.device != reference.device:
+        if x.layout != _STRIDED or x.is_nested or x.is_quantized:
+            raise InputError(f"input {name!r} is {tensor_kind_problem(x)}")
+        if x.device != device:
             raise InputError(
-                f"input {name!r} is on {x.device} but the module on {reference.device}; "
-                f"pass x.to({str(reference.device)!r})"
+                f"input {name!r} is on {x.device} but the module on {device}; pass x.to({str(device)!r})"
             )
-        one = shape is not None and x.shape == shape  # the rank decides: [*shape] or [B, *shape]
-        if not one and x.dim() == 0:
-            raise InputError(f"input {name!r} is a number (0-d tensor); pass a batch of values [B, ...]")
-        if shape is not None and not one and x.shape[1:] != shape:
-            raise InputError(_shape_problem(name, tuple(x.shape), shape))
+        size = x.shape
+        one = shape is not None and size == shape  # the rank decides: [*shape] or [B, *shape]
+        if not one:
+            if not size:
+                raise InputError(f"input {name!r} is a number (0-d tensor); pass a batch of values [B, ...]")
+            if shape is not None and size[1:] != shape:
+                raise InputError(_shape_problem(name, tuple(size), shape))
         if single is None:
             single = one
         elif one != single:
             raise InputError(_mixed_batches(names, inputs, shapes))
         if one:
             x = x.unsqueeze(0)
-        dtype = reference.dtype
-        if not x.is_floating_point():
-            if x.is_complex():
-                raise InputError(f"input {name!r} is complex ({x.dtype}); pass real values")
-            if not holds(dtype, x.dtype):
-                check_integers(name, x, dtype, own)
-            x = x.to(dtype)
-        elif x.dtype != dtype:
-            if holds(dtype, x.dtype):
+        given = x.dtype
+        if given != dtype:
+            if not x.is_floating_point():
+                if x.is_complex():
+                    raise InputError(f"input {name!r} is complex ({given}); pass real values")
+                if not holds(dtype, given):
+                    check_integers(name, x, dtype, own)
+                x = x.to(dtype)
+            elif holds(dtype, given):
                 x = x.to(dtype)  # a narrower float: every value is kept exactly
             elif own:
-                raise InputError(rounding_problem(name, x.dtype, dtype, own))
+                raise InputError(rounding_problem(name, given, dtype, own))
         if batch is None:
             batch = x.shape[0]
         elif x.shape[0] != batch:
@@ -387,8 +389,8 @@ def _untouched(state: Any, stamp: tuple) -> bool:
         and state.get(DELAYED) is delayed
         and len(nodes) == len(node_values)
         and len(delayed) == len(delayed_values)
-        and all(a is b for a, b in zip(nodes.values(), node_values))
-        and all(a is b for a, b in zip(delayed.values(), delayed_values))
+        and all(map(operator.is_, nodes.values(), node_values))
+        and all(map(operator.is_, delayed.values(), delayed_values))
     )
 
 
@@ -414,6 +416,9 @@ def holds(dtype: torch.dtype, other: torch.dtype) -> bool:
         bits = torch.iinfo(other).bits - (1 if torch.iinfo(other).min < 0 else 0)
         return bits <= _significand(dtype)
     return torch.promote_types(other, dtype) == dtype
+
+
+_STRIDED = torch.strided
 
 
 def tensor_kind_problem(x: torch.Tensor) -> str | None:

@@ -549,8 +549,28 @@ class NIRGraphModule(fx.GraphModule):
     live, so replaced modules are seen)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        own = self.__dict__
+        arity = own.get("_nirbridge_arity")  # (inputs, inputs + state), from the first good call
+        if arity is None or kwargs or not arity[0] <= len(args) <= arity[1]:
+            self._check_arguments(args, kwargs)
+        if _precision.active() is not None or _is_compiling():
+            return super().__call__(*args, **kwargs)
+        kind = own.get("_nirbridge_kind")  # the device kind, forgotten when the module moves
+        if kind is None:
+            reference = own["_buffers"].get(_DTYPE)
+            kind = own["_nirbridge_kind"] = reference.device.type if reference is not None else "none"
+        if _precision.full(kind):  # "exact" has nothing to change
+            return super().__call__(*args, **kwargs)
+        token = _precision.enter("exact", kind if kind != "none" else None)
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            _precision.leave(token)
+
+    def _check_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Raise :class:`InputError` for a call that does not fit ``forward(*inputs, state)``."""
         names = self.meta.get("nirbridge", {}).get("arguments")
-        if names is not None and (kwargs or not len(names) - 1 <= len(args) <= len(names)):
+        if names is not None:
             given = set(names[: len(args)])
             extra = sorted(kwargs.keys() - set(names))
             twice = sorted(given & kwargs.keys())
@@ -567,19 +587,13 @@ class NIRGraphModule(fx.GraphModule):
                     f"this module takes the arguments ({', '.join(names)}), got {problem}; call it as "
                     "out, state = gm(*inputs, state)"
                 )
-        if _precision.active() is not None or _is_compiling():
-            return super().__call__(*args, **kwargs)
-        reference = self.__dict__["_buffers"].get(_DTYPE)
-        token = _precision.enter("exact", reference.device.type if reference is not None else None)
-        try:
-            return super().__call__(*args, **kwargs)
-        finally:
-            _precision.leave(token)
+            self.__dict__["_nirbridge_arity"] = (len(names) - 1, len(names))
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:
         """``.half()``, ``.to(dtype)`` and the like: refused, changing nothing, where the
         new dtype would turn a parameter or buffer into 0 or infinity (as the build
         refuses such values)."""
+        self.__dict__.pop("_nirbridge_kind", None)  # the device may change
         if _CASTING.get():
             return super()._apply(fn, recurse)
         _check_cast(self, fn)

@@ -53,6 +53,33 @@ _FULL = frozenset({"ieee", "none"})
 _CHECKED = {kind: (*_OPS[kind], *_PARENTS[kind]) for kind in _OPS}
 
 _local = threading.local()
+_GET = getattr(torch._C, "_get_fp32_precision_getter", None)
+
+
+def full(kind: str) -> bool:
+    """Whether every float32 setting of device kind ``kind`` (``"cpu"`` or ``"cuda"``)
+    already computes in full float32, so that ``"exact"`` has nothing to change: the
+    per-step check of a module's call, written out (no loop) since it runs every step."""
+    if not _NEW_API:
+        return False  # the legacy flags: let enter() decide
+    get = _GET
+    if kind == "cpu":
+        return (
+            get("mkldnn", "matmul") in _FULL
+            and get("mkldnn", "conv") in _FULL
+            and get("mkldnn", "rnn") in _FULL
+            and get("mkldnn", "all") in _FULL
+            and get("generic", "all") in _FULL
+        )
+    if kind != "cuda":
+        return False
+    return (
+        get("cuda", "matmul") in _FULL
+        and get("cuda", "conv") in _FULL
+        and get("cuda", "rnn") in _FULL
+        and get("cuda", "all") in _FULL
+        and get("generic", "all") in _FULL
+    )
 
 
 def active() -> str | None:

@@ -765,7 +765,7 @@ def _loop(
         else:
             out = _first(model(given))
         spiking = any(out is s for s in spikes)
-        out = _as_sequence(out, steps, batch, name)
+        out = _as_sequence(out, steps, batch, name, folded=flat)
         if on_step is not None:
             on_step(steps)
         return out, state, spiking
@@ -842,14 +842,19 @@ def _split(result: Any, arguments: tuple[str, ...], name: str) -> tuple[Any, tup
     return _first(result[0]), tuple(result[-k:])
 
 
-def _as_sequence(out: Any, steps: int, batch: int, name: str) -> torch.Tensor:
+def _as_sequence(out: Any, steps: int, batch: int, name: str, folded: bool) -> torch.Tensor:
+    """A whole-sequence call's output as ``[T, B, ...]``: given ``[T, B, ...]`` it must
+    return that; given the rows folded (``[T*B, ...]``, a stateless model) it must
+    return them folded. Anything else changed the time or batch axis: refused, never
+    reinterpreted."""
     if not isinstance(out, torch.Tensor):
         raise NativeModelError(f"{name} returned {type(out).__name__}, not a tensor")
-    if out.dim() >= 2 and tuple(out.shape[:2]) == (steps, batch):
-        return out
-    if out.dim() >= 1 and out.shape[0] == steps * batch:
+    if folded and out.dim() >= 1 and out.shape[0] == steps * batch:
         return out.reshape(steps, batch, *out.shape[1:])
+    if not folded and out.dim() >= 2 and tuple(out.shape[:2]) == (steps, batch):
+        return out
+    given = f"[T*B={steps * batch}, ...]" if folded else f"[T={steps}, B={batch}, ...]"
     raise NativeModelError(
-        f"{name} returned {list(out.shape)} for the sequence [T={steps}, B={batch}, ...]; a call over the "
-        f"whole sequence must return [T, B, ...]. {_wrap_hint('model')}"
+        f"{name} returned {list(out.shape)} for the sequence {given}; a call over the whole sequence "
+        f"must keep its time and batch axes. {_wrap_hint('model')}"
     )

@@ -872,3 +872,20 @@ def test_forms_verify_exactly_over_sizes_and_parameters(form, n, beta, threshold
         warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
         report = nirbridge.verify(model, nirbridge.nir_to_torch(graph), x, allow_silent=True)
     assert report.agree, report
+
+
+def test_a_whole_sequence_call_that_changes_the_time_axis_is_refused_not_reinterpreted():
+    """[T, B, ...] in, [2T, B, ...] out has T*B rows along its first axis; it used to be
+    reshaped into [T, B, 2, ...] silently."""
+
+    class Doubles(torch.nn.Module):
+        def forward(self, x):
+            return torch.cat([x, x])
+
+    x = torch.rand(10, 2, 12)
+    with pytest.raises(
+        nirbridge.NirBridgeError, match=r"returned \[20, 2, 12\] for the sequence \[T=10, B=2"
+    ):
+        nirbridge.run(nirbridge.native.WholeSequence(Doubles()), x)
+    with pytest.raises(nirbridge.NirBridgeError, match=r"returned \[40, 12\] for the sequence \[T\*B=20"):
+        nirbridge.run(nirbridge.native.Stateless(Doubles()), x)

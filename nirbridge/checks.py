@@ -292,7 +292,7 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
             continue
         if not isinstance(x, torch.Tensor):
             raise InputError(f"input {name!r} is a {type(x).__name__}; pass a tensor [B, ...]")
-        if x.layout != _STRIDED or x.is_nested or x.is_quantized:
+        if x.layout != _STRIDED or x.is_nested:  # a quantized tensor is caught by its dtype below
             raise InputError(f"input {name!r} is {tensor_kind_problem(x)}")
         if x.device != device:
             raise InputError(
@@ -313,6 +313,8 @@ def check_step(state: Any, inputs: tuple[torch.Tensor, ...], reference: torch.Te
             x = x.unsqueeze(0)
         given = x.dtype
         if given != dtype:
+            if x.is_quantized:
+                raise InputError(f"input {name!r} is {tensor_kind_problem(x)}")
             if not x.is_floating_point():
                 if x.is_complex():
                     raise InputError(f"input {name!r} is complex ({given}); pass real values")

@@ -553,7 +553,7 @@ class NIRGraphModule(fx.GraphModule):
         arity = own.get("_nirbridge_arity")  # (inputs, inputs + state), from the first good call
         if arity is None or kwargs or not arity[0] <= len(args) <= arity[1]:
             self._check_arguments(args, kwargs)
-        if _precision.active() is not None or _is_compiling():
+        if getattr(_precision.THREAD, "mode", None) is not None or _is_compiling():  # a policy in force
             return super().__call__(*args, **kwargs)
         kind = own.get("_nirbridge_kind")  # the device kind, forgotten when the module moves
         if kind is None:

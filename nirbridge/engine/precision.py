@@ -53,6 +53,7 @@ _FULL = frozenset({"ieee", "none"})
 _CHECKED = {kind: (*_OPS[kind], *_PARENTS[kind]) for kind in _OPS}
 
 _local = threading.local()
+THREAD = _local  # its ``mode`` is the policy in force (see active()), for per-step paths to read inline
 _GET = getattr(torch._C, "_get_fp32_precision_getter", None)
 
 

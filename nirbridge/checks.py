@@ -412,6 +412,8 @@ def holds(dtype: torch.dtype, other: torch.dtype) -> bool:
     nothing whatever the values."""
     if other == torch.bool:
         return True
+    if other.is_floating_point and other.itemsize == 1:  # float8: torch will not promote it
+        return dtype.is_floating_point and dtype.itemsize >= 2  # every wider float holds its values
     if not other.is_floating_point and not other.is_complex:
         if not dtype.is_floating_point:
             return torch.promote_types(other, dtype) == dtype

@@ -534,7 +534,8 @@ def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | Non
                 f"{path}: dataset {name!r} holds {array.dtype}, but the network computes in float32, "
                 "which would round it; store the spikes as bool, integers or float32"
             )
-        inputs[name] = torch.from_numpy(np.ascontiguousarray(array))  # run casts what it holds exactly
+        native = array.astype(array.dtype.newbyteorder("="), copy=False)  # a big-endian file's values
+        inputs[name] = torch.from_numpy(np.ascontiguousarray(native))  # run casts what it holds exactly
     return inputs
 
 

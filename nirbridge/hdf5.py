@@ -141,6 +141,13 @@ class Reader:
         claimed = math.prod(shape) * dtype.itemsize
         if dcpl.get_layout() == h5d.CHUNKED:  # HDF5 inflates whole chunks, however small the extent
             chunk = dcpl.get_chunk()
+            chunk_bytes = math.prod(chunk) * dtype.itemsize
+            if chunk_bytes > max(_SMALL, 16 * math.prod(shape) * dtype.itemsize):
+                raise self.fail(
+                    path,
+                    f"stores {math.prod(shape) * dtype.itemsize} bytes in chunks of {chunk_bytes} bytes, "
+                    "which HDF5 would allocate whole to read; no writer makes such chunks. Rewrite the file",
+                )
             claimed = max(claimed, math.prod(-(-s // c) * c for s, c in zip(shape, chunk)) * dtype.itemsize)
         stored = dsid.get_storage_size()
         if stored > self.file_size or claimed > max(_SMALL, _EXPANSION * stored):
@@ -156,6 +163,10 @@ class Reader:
         # a decoded string costs a Python object beside its bytes: charged before it is made
         self.charge(claimed + (_STRING_OBJECT * math.prod(shape) if is_string else 0), stored, path)
         if dtype.kind == "O" and claimed:
+            if not stored:  # HDF5 would copy the fill value into every element
+                raise self.fail(
+                    path, "holds variable-length strings it never wrote (only a fill value); refused"
+                )
             self.check_heaps(dsid, dcpl, stored, path)
         out = np.empty(shape, dtype)
         if part:

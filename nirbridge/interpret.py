@@ -43,6 +43,7 @@ from .errors import (
     RepairWarning,
     UnsupportedNodeError,
 )
+from .limits import allocation_failure
 from .neurons.modules import DEFAULT_DT, check_dt
 from .neurons.simulator import SimulatorNeuron
 from .state import DELAYED, NODES
@@ -166,7 +167,8 @@ def nir_to_torch(
         shapes = graph_utils.infer_shapes(graph, the_plan)
         element_size = torch.empty(0, dtype=target_dtype).element_size()
         validate.check_memory(graph, shapes, dt, element_size, target_device)
-        module: torch.nn.Module = _build(graph, the_plan, shapes, merged, dt, "")
+        with neurons.modules.values_checked():
+            module: torch.nn.Module = _build(graph, the_plan, shapes, merged, dt, "")
         module.meta["nirbridge"]["dt"] = dt
         module.meta["nirbridge"]["dt_assumed"] = assumed  # for the hint of a SilentNetworkWarning
         module.meta["nirbridge"]["allow_negative_tau"] = bool(allow_negative_tau)  # for load_state_dict
@@ -176,7 +178,8 @@ def nir_to_torch(
                 f"a lone {type(graph).__name__} node has no module; pass the graph that holds it"
             )
         _check_supported(nir.NIRGraph(nodes={"node": graph}, edges=[], type_check=False), merged)
-        module = _convert("node", graph, merged, dt)
+        with neurons.modules.values_checked():
+            module = _convert("node", graph, merged, dt)
     _make_trainable(module, trainable)
     token = _CASTING.set(True)  # check_parameters checked the values for target_dtype
     try:
@@ -553,19 +556,25 @@ class NIRGraphModule(fx.GraphModule):
         arity = own.get("_nirbridge_arity")  # (inputs, inputs + state), from the first good call
         if arity is None or kwargs or not arity[0] <= len(args) <= arity[1]:
             self._check_arguments(args, kwargs)
-        if getattr(_precision.THREAD, "mode", None) is not None or _is_compiling():  # a policy in force
-            return super().__call__(*args, **kwargs)
-        kind = own.get("_nirbridge_kind")  # the device kind, forgotten when the module moves
-        if kind is None:
-            reference = own["_buffers"].get(_DTYPE)
-            kind = own["_nirbridge_kind"] = reference.device.type if reference is not None else "none"
-        if _precision.full(kind):  # "exact" has nothing to change
-            return super().__call__(*args, **kwargs)
-        token = _precision.enter("exact", kind if kind != "none" else None)
         try:
-            return super().__call__(*args, **kwargs)
-        finally:
-            _precision.leave(token)
+            if getattr(_precision.THREAD, "mode", None) is not None or _is_compiling():  # a policy in force
+                return super().__call__(*args, **kwargs)
+            kind = own.get("_nirbridge_kind")  # the device kind, forgotten when the module moves
+            if kind is None:
+                reference = own["_buffers"].get(_DTYPE)
+                kind = own["_nirbridge_kind"] = reference.device.type if reference is not None else "none"
+            if _precision.full(kind):  # "exact" has nothing to change
+                return super().__call__(*args, **kwargs)
+            token = _precision.enter("exact", kind if kind != "none" else None)
+            try:
+                return super().__call__(*args, **kwargs)
+            finally:
+                _precision.leave(token)
+        except RuntimeError as error:
+            failure = allocation_failure(error, "a step", "step a smaller batch")
+            if failure is None:
+                raise
+            raise failure from error
 
     def _check_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Raise :class:`InputError` for a call that does not fit ``forward(*inputs, state)``."""
@@ -753,7 +762,7 @@ def _module_path(name: str) -> tuple[str, list[str]]:
         # identifiers as self.name, which Python reads in NFKC form: "\ufb01" as "fi", the
         # full-width "\uff46\uff4f\uff52..." as "forward"; such a segment is stored in the
         # form Python reads
-        normal = unicodedata.normalize("NFKC", segment)
+        normal = unicodedata.normalize("NFKC", segment).replace(".", "_")  # "⒒" reads as "11."
         cleaned = "".join("_" if c in '"\\' or not c.isprintable() else c for c in normal)
         fixed = f"nir_node_{cleaned}" if keyword.iskeyword(cleaned) else cleaned  # nirtorch's name
         while fixed in _RESERVED or _private(fixed) or keyword.iskeyword(fixed):
@@ -1099,7 +1108,10 @@ def _io_nodes(nodes: Mapping[str, Any], shapes: graph_utils.Shapes) -> dict[str,
 
 
 def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name)
+    """A node name as the name of a value in the generated forward: ASCII letters,
+    digits and ``_`` (Python reads other letters in NFKC form), never ``self``."""
+    safe = "".join(c if c.isascii() and c.isalnum() else "_" for c in name)
+    return f"{safe}_" if safe in ("self", "state") or keyword.iskeyword(safe) else safe
 
 
 def _label(path: str, name: str) -> str:

@@ -167,6 +167,11 @@ class _Builder:
             self.unknown.setdefault(type_name, []).append(label or "<root>")
             return None
         metadata = tree.get("metadata", {})
+        if isinstance(metadata, dict) and _nesting(metadata) > MAX_METADATA_NESTING:
+            raise NirFileError(
+                f"{self.where}: node {label or '<root>'!r}: metadata nests more than {MAX_METADATA_NESTING} "
+                "dicts deep, which nirbridge neither writes nor reads; flatten it"
+            )
         if not isinstance(metadata, dict):
             note = f"node {label or '<root>'!r}: 'metadata' is not a group; ignored"
             self.notes.append((NirFileWarning, note))
@@ -246,6 +251,16 @@ class _Builder:
             got = f"{array.dtype} {array.shape}"
             raise self.fail(label, f"'edges' must be an (n, 2) array of node names, got {got}")
         return [(str(a), str(b)) for a, b in array.tolist()]
+
+
+def _nesting(values: dict[str, Any]) -> int:
+    """How many dicts deep ``values`` nests (1 for a flat dict), without recursion."""
+    deepest, stack = 0, [(values, 1)]
+    while stack:
+        current, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((v, depth + 1) for v in current.values() if isinstance(v, dict))
+    return deepest
 
 
 def _unchecked(cls: type, kwargs: dict[str, Any], metadata: dict[str, Any]) -> nir.NIRNode:

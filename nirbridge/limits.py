@@ -129,3 +129,19 @@ def check_memory(nbytes: float, what: str, fix: str, device: Any = None) -> None
         requested=int(nbytes),
         free=free,
     )
+
+
+def allocation_failure(error: BaseException, what: str, fix: str) -> MemoryLimitError | None:
+    """The :class:`MemoryLimitError` that an allocation failing inside torch means (its
+    ``OutOfMemoryError``, or a ``RuntimeError`` saying it could not allocate), naming
+    ``what`` asked for it and ``fix``; ``None`` for any other error."""
+    torch = sys.modules.get("torch")
+    out_of_memory = getattr(torch, "OutOfMemoryError", None)
+    text = str(error)
+    if (out_of_memory is not None and isinstance(error, out_of_memory)) or (
+        isinstance(error, RuntimeError)
+        and ("can't allocate memory" in text or "out of memory" in text.lower())
+    ):
+        reason = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+        return MemoryLimitError(f"{what} ran out of memory ({reason[:200]}); {fix}")
+    return None

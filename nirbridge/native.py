@@ -58,7 +58,7 @@ import torch
 from torch import nn
 
 from .errors import NirBridgeError, ParameterError
-from .limits import check_memory
+from .limits import allocation_failure, check_memory
 from .state import State, StateError
 
 __all__ = [
@@ -756,14 +756,22 @@ def _loop(
     if native.form == "stateless" or native.sequence:
         flat = native.form == "stateless"
         given = x.reshape(steps * batch, *x.shape[2:]) if flat else x
-        if native.form == "state":
-            result = model(given, state=state)
-            out, state = _pair(result, name)
-        elif native.form == "arguments":
-            result = model(given, *(state or ()))
-            out, state = _split(result, native.arguments, name)
-        else:
-            out = _first(model(given))
+        try:
+            if native.form == "state":
+                result = model(given, state=state)
+                out, state = _pair(result, name)
+            elif native.form == "arguments":
+                result = model(given, *(state or ()))
+                out, state = _split(result, native.arguments, name)
+            else:
+                out = _first(model(given))
+        except RuntimeError as error:
+            failure = allocation_failure(
+                error, f"{name} over {steps} steps at once", "run fewer steps per call and pass the state on"
+            )
+            if failure is None:
+                raise
+            raise failure from error
         spiking = any(out is s for s in spikes)
         out = _as_sequence(out, steps, batch, name, folded=flat)
         if on_step is not None:
@@ -780,6 +788,9 @@ def _loop(
             else:
                 out = _first(model(x[t]))
         except Exception as error:
+            failure = allocation_failure(error, f"{name} at step {t}", "run a smaller batch")
+            if failure is not None:
+                raise failure from error
             if not isinstance(error, NirBridgeError):
                 error.add_note(f"nirbridge: at step {t}")
             raise

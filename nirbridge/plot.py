@@ -109,6 +109,9 @@ def raster(result: Run, *keys: str, sample: int = 0, ax: Any = None) -> Any:
     returned, its layout left alone); with more keys it raises
     :class:`~nirbridge.ParameterError`.
     """
+    odd = [key for key in keys if not isinstance(key, str)]
+    if odd:
+        raise ParameterError(f"raster: keys are record names or 'output' (strings), got {odd!r}")
     plt = _pyplot()
     keys = keys or tuple(_spiking_keys(result))
     if not keys:
@@ -223,6 +226,9 @@ def plot(result: Run, *keys: str, sample: int = 0, neurons: Sequence[int] | int 
     named in the title instead).
     """
     neurons = _neurons(neurons)
+    odd = [key for key in keys if not isinstance(key, str)]
+    if odd:
+        raise ParameterError(f"plot: keys are record names or 'output' (strings), got {odd!r}")
     if isinstance(sample, bool) or not isinstance(sample, (int, np.integer)):
         raise ParameterError(f"plot(sample={sample!r}): give the index of a sample of the batch")
     plt = _pyplot()

@@ -948,19 +948,31 @@ def _warn_nonfinite(result: Run, inputs: Mapping[str, torch.Tensor]) -> None:
         if bool(bad.any()):
             name = repr(key) if key in result.records else f"output {_output_name(result, key)!r}"
             found.append(f"{name} from step {int(bad.nonzero()[0])}")
-    if not found:
+    fed = [
+        f"{n!r} from step {int((~torch.isfinite(x)).reshape(x.shape[0], -1).any(dim=1).nonzero()[0])}"
+        for n, x in (
+            (n, x if x.element_size() > 1 else x.float()) for n, x in inputs.items() if x.is_floating_point()
+        )
+        if x.numel() and not bool(torch.isfinite(x).all())  # (float8 has no isfinite: checked as float32)
+    ]
+    if not found and not fed:
         return
-    fed = [n for n, x in inputs.items() if x.is_floating_point() and not bool(torch.isfinite(x).all())]
-    cause = (
-        f"the input {', '.join(map(repr, fed))} holds NaN or infinity, which the neurons carry on"
-        if fed
-        else "no input held any: a parameter or the time step makes the equations diverge"
-    )
-    warnings.warn(
-        f"nirbridge.run: NaN or infinity in {', '.join(found)}; {cause}",
-        NonFiniteWarning,
-        stacklevel=3,
-    )
+    if not found:  # NaN in, none out: what the neurons did with it is in no record
+        message = (
+            f"the input {', '.join(fed)} holds NaN or infinity; no output or record does, but the "
+            "membranes that took it may (record='all' shows them)"
+        )
+    elif fed:
+        message = (
+            f"NaN or infinity in {', '.join(found)}; the input {', '.join(fed)} holds some, which the "
+            "neurons carry on"
+        )
+    else:
+        message = (
+            f"NaN or infinity in {', '.join(found)}; no input held any: a parameter or the time step "
+            "makes the equations diverge"
+        )
+    warnings.warn(f"nirbridge.run: {message}", NonFiniteWarning, stacklevel=3)
 
 
 def _output_name(result: Run, key: str) -> str:

@@ -48,7 +48,14 @@ def unpack_state(state: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             f"state must be None or the dict a previous call returned, with keys "
             f"{NODES!r} and {DELAYED!r}; got {keys}. Pass state=None to start afresh."
         )
-    return state.get(NODES) or {}, state.get(DELAYED) or {}
+    nodes, delayed = state.get(NODES) or {}, state.get(DELAYED) or {}
+    for key, value in ((NODES, nodes), (DELAYED, delayed)):
+        if not isinstance(value, dict):
+            raise StateError(
+                f"state[{key!r}] is a {type(value).__name__}; a state holds a dict there, as a previous "
+                "call returned it. Pass state=None to start afresh."
+            )
+    return nodes, delayed
 
 
 class State(dict):

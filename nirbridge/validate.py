@@ -97,9 +97,14 @@ def _numbers(value: Any, owner: str, field: str) -> tuple[np.ndarray, Any]:
     was complex, else the value itself)."""
     if isinstance(value, (str, bytes)):
         raise ParameterError(f"{owner}: {field} must be numbers, got text {value!r}")
+    if isinstance(value, torch.Tensor):  # a trained parameter (requires_grad), one on a GPU: numbers
+        tensor = value.detach().cpu()
+        value = (
+            tensor.double() if tensor.is_floating_point() and tensor.element_size() < 4 else tensor
+        ).numpy()
     try:
         array = np.asarray(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RuntimeError):
         raise ParameterError(f"{owner}: {field} must be numbers, got {type(value).__name__}") from None
     if array.dtype.kind == "c":
         imaginary = np.abs(array.imag)

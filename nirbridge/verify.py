@@ -288,6 +288,19 @@ def verify(
             "pass None to start both fresh"
         )
     states = state if state is not None else (None, None)
+    given = (
+        inputs.values()
+        if isinstance(inputs, Mapping)
+        else [inputs]
+        if isinstance(inputs, torch.Tensor)
+        else inputs
+        if isinstance(inputs, (list, tuple))
+        else []  # run names what it cannot take
+    )
+    if any(isinstance(x, torch.Tensor) and x.dim() >= 2 and x.shape[1] == 0 for x in given):
+        raise VerifyError(
+            "verify: the inputs hold a batch of 0 samples, so nothing would be compared; give one or more"
+        )
     if isinstance(candidate, str) and candidate in BACKENDS:  # a file called so: pass a Path
         candidate = _build_with(candidate, reference, dt, allow_negative_tau)
     sides = []

@@ -532,3 +532,12 @@ def test_a_returned_state_is_checked_once_and_any_change_to_it_is_checked_again(
     state["extra"] = 1
     with pytest.raises(nirbridge.StateError):
         gm(x[1], state)
+
+
+def test_float8_inputs_are_cast_exactly():
+    """torch will not promote float8, so the dtype check itself raised RuntimeError."""
+    gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-4)
+    x = (torch.rand(3, 2, 12) < 0.5).float()
+    eight = x.to(torch.float8_e4m3fn)
+    torch.testing.assert_close(gm(eight[0])[0], gm(x[0])[0], rtol=0, atol=0)
+    torch.testing.assert_close(nirbridge.run(gm, eight).output, nirbridge.run(gm, x).output, rtol=0, atol=0)

@@ -811,3 +811,12 @@ def test_input_spikes_are_cast_by_the_same_rule_as_everywhere(tmp_path):
             assert "holds float64, but the network computes in float32" in result.output
         if name == "big.h5":
             assert "holds integers exactly only up to 16777216" in result.output
+
+
+def test_big_endian_input_spikes_run(tmp_path):
+    with h5py.File(tmp_path / "be.h5", "w") as f:
+        f["input"] = np.ones((3, 1, 12), ">f4")
+    result = CliRunner().invoke(
+        main, ["run", str(BRAILLE), "--dt", "1e-4", "--input", str(tmp_path / "be.h5")]
+    )
+    assert result.exit_code == 0, result.output

@@ -267,3 +267,47 @@ except nirbridge.NirBridgeError as error:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.stdout.startswith("MemoryLimitError"), result.stdout + result.stderr
     assert "ran out of memory while reading it" in result.stdout and "corrupted" not in result.stdout
+
+
+def test_fill_value_strings_and_oversized_chunks_are_refused_before_hdf5_allocates(tmp_path):
+    """A 285 KB file of unwritten variable-length strings with a long fill value cost
+    1.9 GiB; a chunk far larger than its dataset's extent, 1.2-1.9 GiB."""
+    fill = tmp_path / "fill.nir"
+    fill.write_bytes(BRAILLE.read_bytes())
+    with h5py.File(fill, "a") as f:
+        f["node/nodes/fc1"].create_dataset(
+            "bomb", shape=(4000,), dtype=h5py.string_dtype(), fillvalue="A" * 250_000
+        )
+    with pytest.raises(nirbridge.NirFileError, match="variable-length strings it never wrote"):
+        nirbridge.read(fill)
+    chunks = tmp_path / "chunks.nir"
+    chunks.write_bytes(BRAILLE.read_bytes())
+    with h5py.File(chunks, "a") as f:
+        del f["node/nodes/fc1/weight"]
+        f.create_dataset(
+            "node/nodes/fc1/weight",
+            shape=(38, 12),
+            maxshape=(None, None),
+            dtype="f4",
+            chunks=(16000, 16000),
+            compression="gzip",
+        )
+        f["node/nodes/fc1/weight"][...] = 1
+    with pytest.raises(nirbridge.NirFileError, match="in chunks of 1024000000 bytes"):
+        nirbridge.read(chunks)
+
+
+def test_metadata_nested_deeper_than_write_allows_is_refused_on_reading(tmp_path):
+    """read accepted metadata 20 dicts deep that write refuses, so a file read could not be written back."""
+    path = tmp_path / "deep.nir"
+    path.write_bytes(BRAILLE.read_bytes())
+    with h5py.File(path, "a") as f:
+        f.create_group("node/metadata/" + "/".join(["m"] * 20))
+    with pytest.raises(nirbridge.NirFileError, match="metadata nests more than 16 dicts deep"):
+        nirbridge.read(path)
+    complex_dt = tmp_path / "complex_dt.nir"
+    complex_dt.write_bytes(BRAILLE.read_bytes())
+    with h5py.File(complex_dt, "a") as f:
+        f["node/metadata/dt"] = 1e-4 + 1j
+    with pytest.raises(nirbridge.ParameterError, match="dt must be a positive, finite number of seconds"):
+        nirbridge.nir_to_torch(complex_dt)  # was run at the real part, with numpy's ComplexWarning only

@@ -406,6 +406,9 @@ ODD_NAMES = [
     "x.\u2460",
     "\x1b[2J",
     "\u202eevil",
+    "\u2492",  # NFKC: "11." - a dot appears
+    "self",
+    "state",
 ]
 
 

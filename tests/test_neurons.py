@@ -294,7 +294,10 @@ def test_trainable_modules_copy_pickle_and_move():
 
 
 def test_a_time_constant_at_or_below_zero_cannot_be_made_trainable():
-    lif = LIF(tau=np.array([1e-3, -2e-3]), dt=DT)
+    with (
+        nirbridge.neurons.modules.values_checked()
+    ):  # as nir_to_torch(..., allow_negative_tau=True) builds it
+        lif = LIF(tau=np.array([1e-3, -2e-3]), dt=DT)
     with pytest.raises(
         nirbridge.ParameterError, match=r"LIF: tau holds values at or below 0 \(lowest -0.002\)"
     ):
@@ -302,3 +305,15 @@ def test_a_time_constant_at_or_below_zero_cannot_be_made_trainable():
     assert list(dict(lif.named_parameters())) == []  # nothing changed
     lif.make_trainable(("v_threshold",))
     assert list(dict(lif.named_parameters())) == ["v_threshold"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("tau", 0.0), ("tau", float("nan")), ("tau", -1e-3), ("r", float("inf")), ("v_threshold", float("nan"))],
+)
+def test_a_neuron_built_by_hand_refuses_what_nir_to_torch_refuses(field, value):
+    """nirbridge.neurons.LIF(tau=0.0) used to run and spike at every step with v = NaN."""
+    fields = dict(tau=1e-3, r=1.0, v_leak=0.0, v_threshold=1.0, v_reset=0.0)
+    fields[field] = value
+    with pytest.raises(nirbridge.ParameterError, match=f"LIF: {field}"):
+        nirbridge.neurons.LIF(**fields)

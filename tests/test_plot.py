@@ -192,3 +192,12 @@ def test_neurons_that_name_no_neuron_are_refused(neurons, says):
         result.plot("lif1.lif.v", neurons=neurons)
     figure = result.plot("lif1.lif.v", neurons=np.int64(3))
     assert len(figure.axes[0].lines) >= 3
+
+
+def test_keys_that_are_not_names_are_refused():
+    gm = nirbridge.nir_to_torch(EXAMPLES / "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir", dt=1e-4)
+    result = nirbridge.run(gm, (torch.rand(20, 1, 12) < 0.5).float(), record="all")
+    for draw in (result.plot, result.raster):
+        for key in (None, 1):
+            with pytest.raises(nirbridge.ParameterError, match="keys are record names"):
+                draw(key)

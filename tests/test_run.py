@@ -688,11 +688,15 @@ def test_nan_and_infinity_after_a_run_are_named_once():
     assert len(caught) == 1
     message = str(caught[0].message)
     assert "'fc1' from step 2" in message and "'lif1.lif.v' from step 2" in message
-    assert "the input 'input' holds NaN or infinity" in message
+    assert "the input 'input' from step 2 holds some" in message
     with warnings.catch_warnings():
         warnings.simplefilter("error", nirbridge.NonFiniteWarning)
         warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
         nirbridge.run(gm, torch.zeros(6, 1, 12), record="all")  # finite: no word
+    with pytest.warns(
+        nirbridge.NonFiniteWarning, match=r"the input 'input' from step 2 holds NaN or infinity; no output"
+    ):
+        nirbridge.run(gm, x, record=())  # NaN in, none out: still named
 
 
 def test_a_lone_module_checks_the_memory_of_its_output_before_allocating_it():

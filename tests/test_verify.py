@@ -306,3 +306,14 @@ def test_bad_arguments_and_a_side_that_raises_are_named():
     assert report.ok and isinstance(report.atol, float)
     with pytest.raises(nirbridge.NirBridgeError, match="give the tolerance as a number"):
         nirbridge.verify(gm, gm, x, atol="tiny")
+
+
+def test_an_empty_batch_and_fields_that_require_grad():
+    gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-4)
+    with pytest.raises(nirbridge.NirBridgeError, match="a batch of 0 samples"):
+        nirbridge.verify(gm, gm, torch.zeros(5, 0, 12))
+    weight = torch.nn.Parameter(torch.eye(3))  # a trained weight put into a graph as it is
+    graph = nir.NIRGraph.from_list(
+        nir.Input(np.array([3])), nir.Linear(weight=weight), nir.Output(np.array([3]))
+    )
+    assert torch.equal(nirbridge.nir_to_torch(graph)(torch.ones(1, 3))[0], torch.ones(1, 3))

@@ -18,6 +18,7 @@ under its NIR name either way, so trained and untrained modules load each other'
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
@@ -130,6 +131,33 @@ def time_constants_fixed(module: torch.nn.Module) -> Iterator[None]:
             population.__dict__.pop("_fixed_time_constants", None)
 
 
+_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("checked", default=False)
+
+
+@contextlib.contextmanager
+def values_checked() -> Iterator[None]:
+    """Within the block, neurons skip checking their values: the caller did
+    (:func:`nirbridge.nir_to_torch` checks a whole graph first, and may allow what a
+    neuron built by hand may not, such as negative time constants)."""
+    token = _CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _CHECKED.reset(token)
+
+
+def _check_value(owner: str, name: str, tensor: torch.Tensor) -> None:
+    """What a neuron built by hand refuses, as :func:`nirbridge.nir_to_torch` does: NaN
+    or infinity anywhere, a time constant of 0 or below."""
+    if tensor.numel() and not bool(torch.isfinite(tensor).all()):
+        raise ParameterError(f"{owner}: {name} holds NaN or infinity; the equations are meaningless there")
+    if name in TIME_CONSTANTS and tensor.numel() and not bool((tensor > 0).all()):
+        raise ParameterError(
+            f"{owner}: {name} is {float(tensor.min()):g} s at its smallest; a time constant must be above "
+            "0 s (nir_to_torch(..., allow_negative_tau=True) loads a graph that holds one below 0)"
+        )
+
+
 def check_dt(dt: Any, owner: str = "dt") -> float:
     """Validate a time step: a positive, finite number of seconds."""
     if isinstance(dt, (bool, str, bytes)):
@@ -139,6 +167,8 @@ def check_dt(dt: Any, owner: str = "dt") -> float:
             value = float(dt)
         except OverflowError:
             value = math.inf
+    elif isinstance(dt, complex) or np.iscomplexobj(dt):
+        value = math.nan  # a complex time step has no meaning; numpy would drop its imaginary part
     else:
         try:
             array = np.asarray(dt, dtype=np.float64).reshape(-1)
@@ -162,8 +192,12 @@ class Neuron(torch.nn.Module):
         super().__init__()
         owner = type(self).__name__
         self.dt = check_dt(dt, owner)
+        checked = _CHECKED.get()  # nir_to_torch checked every value before it builds
         for name in self.params:
-            self.register_buffer(name, _as_tensor(name, owner, values[name]))
+            tensor = _as_tensor(name, owner, values[name])
+            if not checked:
+                _check_value(owner, name, tensor)
+            self.register_buffer(name, tensor)
         shapes = [tuple(getattr(self, n).shape) for n in self.params]
         try:
             np.broadcast_shapes(*shapes)

@@ -38,6 +38,7 @@ _SMALL = 1 << 16  # bytes any dataset may claim, whatever it stores (fill values
 # group nesting: a graph nested k deep puts its nodes' groups 2k + 1 deep, their metadata below
 _MAX_DEPTH = 2 * MAX_NESTING + 2 + MAX_METADATA_NESTING
 _STREAM_LIMIT = 1 << 30  # most bytes read from a file object whose size is not known
+_CHUNK = 1 << 20  # h5py's largest automatic chunk: any chunk up to it is a writer's own choice
 _STRING_OBJECT = 64  # bytes of a decoded string beside its text: a str object and its pointer
 _PARALLEL = 1 << 20  # compressed datasets from this size are inflated on several threads
 _DEFLATE, _SHUFFLE = 1, 2  # HDF5 filter ids
@@ -142,7 +143,7 @@ class Reader:
         if dcpl.get_layout() == h5d.CHUNKED:  # HDF5 inflates whole chunks, however small the extent
             chunk = dcpl.get_chunk()
             chunk_bytes = math.prod(chunk) * dtype.itemsize
-            if chunk_bytes > max(_SMALL, 16 * math.prod(shape) * dtype.itemsize):
+            if chunk_bytes > max(_CHUNK, 16 * math.prod(shape) * dtype.itemsize):
                 raise self.fail(
                     path,
                     f"stores {math.prod(shape) * dtype.itemsize} bytes in chunks of {chunk_bytes} bytes, "

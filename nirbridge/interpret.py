@@ -1110,7 +1110,10 @@ def _io_nodes(nodes: Mapping[str, Any], shapes: graph_utils.Shapes) -> dict[str,
 def _safe(name: str) -> str:
     """A node name as the name of a value in the generated forward: ASCII letters,
     digits and ``_`` (Python reads other letters in NFKC form), never ``self``."""
-    safe = "".join(c if c.isascii() and c.isalnum() else "_" for c in name)
+    if name.isascii() and name.isidentifier():  # most names: nothing to replace
+        safe = name
+    else:
+        safe = "".join(c if c.isascii() and c.isalnum() else "_" for c in name)
     return f"{safe}_" if safe in ("self", "state") or keyword.iskeyword(safe) else safe
 
 

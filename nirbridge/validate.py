@@ -205,7 +205,12 @@ def _check_field(
             "infinity; build with dtype=torch.float64, or fix the value"
         )
         return None
-    if smallest and array.size and float(np.min(magnitude, where=array != 0, initial=np.inf)) <= smallest:
+    if (
+        smallest
+        and 0 < top  # all zero: nothing to flush
+        and float(magnitude.min()) <= smallest  # one cheap pass rules out most fields
+        and float(np.min(magnitude, where=array != 0, initial=np.inf)) <= smallest
+    ):
         near = (magnitude <= smallest) & (array != 0)  # near half the smallest subnormal: cast those
         flushed = near & (torch.from_numpy(np.ascontiguousarray(array, np.float64)).to(dtype) == 0).numpy()
         if np.any(flushed):

@@ -942,19 +942,11 @@ def _warn_nonfinite(result: Run, inputs: Mapping[str, torch.Tensor]) -> None:
     infinity, with the first step where it does, and whether the inputs held any."""
     found = []
     for key, (value, _) in result.series().items():
-        if not value.is_floating_point() or not value.numel():
-            continue
-        bad = ~torch.isfinite(value.detach()).reshape(value.shape[0], -1).all(dim=1)
-        if bool(bad.any()):
+        step = _first_nonfinite(value)
+        if step is not None:
             name = repr(key) if key in result.records else f"output {_output_name(result, key)!r}"
-            found.append(f"{name} from step {int(bad.nonzero()[0])}")
-    fed = [
-        f"{n!r} from step {int((~torch.isfinite(x)).reshape(x.shape[0], -1).any(dim=1).nonzero()[0])}"
-        for n, x in (
-            (n, x if x.element_size() > 1 else x.float()) for n, x in inputs.items() if x.is_floating_point()
-        )
-        if x.numel() and not bool(torch.isfinite(x).all())  # (float8 has no isfinite: checked as float32)
-    ]
+            found.append(f"{name} from step {step}")
+    fed = [f"{n!r} from step {step}" for n, x in inputs.items() if (step := _first_nonfinite(x)) is not None]
     if not found and not fed:
         return
     if not found:  # NaN in, none out: what the neurons did with it is in no record
@@ -973,6 +965,21 @@ def _warn_nonfinite(result: Run, inputs: Mapping[str, torch.Tensor]) -> None:
             "makes the equations diverge"
         )
     warnings.warn(f"nirbridge.run: {message}", NonFiniteWarning, stacklevel=3)
+
+
+def _first_nonfinite(values: torch.Tensor) -> int | None:
+    """The first step (along the first axis) holding NaN or infinity, or ``None``. One
+    sum answers for nearly every run: a finite sum has no NaN or infinity in it (one that
+    overflows only sends the check the long way)."""
+    if not values.is_floating_point() or not values.numel():
+        return None
+    wide = values.detach()
+    if wide.element_size() == 1:  # float8 has neither sum nor isfinite
+        wide = wide.float()
+    if bool(torch.isfinite(wide.sum())):
+        return None
+    bad = ~torch.isfinite(wide).reshape(wide.shape[0], -1).all(dim=1)
+    return int(bad.nonzero()[0]) if bool(bad.any()) else None
 
 
 def _output_name(result: Run, key: str) -> str:

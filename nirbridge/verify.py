@@ -297,7 +297,9 @@ def verify(
         if isinstance(inputs, (list, tuple))
         else []  # run names what it cannot take
     )
-    if any(isinstance(x, torch.Tensor) and x.dim() >= 2 and x.shape[1] == 0 for x in given):
+    if any(
+        isinstance(x, torch.Tensor) and not x.is_nested and x.dim() >= 2 and x.shape[1] == 0 for x in given
+    ):
         raise VerifyError(
             "verify: the inputs hold a batch of 0 samples, so nothing would be compared; give one or more"
         )

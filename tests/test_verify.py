@@ -317,3 +317,13 @@ def test_an_empty_batch_and_fields_that_require_grad():
         nir.Input(np.array([3])), nir.Linear(weight=weight), nir.Output(np.array([3]))
     )
     assert torch.equal(nirbridge.nir_to_torch(graph)(torch.ones(1, 3))[0], torch.ones(1, 3))
+
+
+def test_a_nested_input_to_verify_is_named():
+    gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-4)
+    x = torch.rand(5, 2, 12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch: nested tensors are a prototype
+        nested = torch.nested.nested_tensor([x[:, 0], x[:3, 1]])
+    with pytest.raises(nirbridge.InputError, match="nested tensor"):
+        nirbridge.verify(gm, gm, nested)

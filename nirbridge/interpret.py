@@ -650,8 +650,6 @@ def _check_cast(module: fx.GraphModule, fn: Callable[[torch.Tensor], torch.Tenso
     floating tensor of ``module`` a dtype that holds one of its values as 0 or infinity
     (``m.half()`` of a tau of 1e-8 s, or of a weight of 1e5)."""
     targets: dict[tuple[torch.dtype, torch.device], torch.dtype] = {}
-    paths = module.meta.get("nirbridge", {}).get("module_paths", {})
-    nodes = {path: node for node, path in paths.items()}
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         if not tensor.is_floating_point() or tensor.numel() == 0:
             continue
@@ -662,25 +660,35 @@ def _check_cast(module: fx.GraphModule, fn: Callable[[torch.Tensor], torch.Tenso
         if not target.is_floating_point or torch.promote_types(tensor.dtype, target) == target:
             continue  # the same dtype, or a wider one: every value kept
         values = tensor.detach()
-        cast = values.to(target)
-        lost = (values != 0) & torch.isfinite(values) & ((cast == 0) | ~torch.isfinite(cast))
+        lost, cast = _lost_in_cast(values, target)
         if bool(lost.any()):
             value = float(values[lost].reshape(-1)[0])
             becomes = "0" if float(cast[lost].reshape(-1)[0]) == 0 else "infinity"
-            owner = name.rsplit(".", 1)[0]
-            node = next((nodes[p] for p in sorted(nodes, key=len, reverse=True) if owner.startswith(p)), None)
-            where = f"{name} (node {node!r})" if node is not None else name
             raise ParameterError(
-                f"{where} holds {value:.4g}, which {target} holds as {becomes}: the module would compute "
-                f"with it. Keep {tensor.dtype}, or fix the value first; nothing was changed"
+                f"{_node_of(module, name)} holds {value:.4g}, which {target} holds as {becomes}: the module "
+                f"would compute with it. Keep {tensor.dtype}, or fix the value first; nothing was changed"
             )
 
 
+def _lost_in_cast(values: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where casting finite, non-zero ``values`` to ``dtype`` gives 0 or infinity, and the cast."""
+    cast = values.to(dtype)
+    return (values != 0) & torch.isfinite(values) & ((cast == 0) | ~torch.isfinite(cast)), cast
+
+
 def _node_of(module: fx.GraphModule, key: str) -> str:
-    """``key`` (a state_dict key) and the node whose module holds it."""
+    """``key`` (a parameter's or buffer's path) and the node whose module holds it: the
+    longest module path that is the key's owner or one of its parents."""
     paths = module.meta.get("nirbridge", {}).get("module_paths", {})
     owner = key.rsplit(".", 1)[0]
-    node = next((n for n, p in sorted(paths.items(), key=lambda i: -len(i[1])) if owner.startswith(p)), None)
+    node = next(
+        (
+            n
+            for n, p in sorted(paths.items(), key=lambda i: -len(i[1]))
+            if owner == p or owner.startswith(p + ".")
+        ),
+        None,
+    )
     return f"{key} (node {node!r})" if node is not None else key
 
 
@@ -710,8 +718,7 @@ def _check_loaded(module: fx.GraphModule, state_dict: Mapping[str, Any]) -> None
             raise ParameterError(
                 f"load_state_dict: {where} holds NaN or infinity; the equations are meaningless there"
             )
-        cast = values.to(mine.dtype)
-        if bool(((values != 0) & ((cast == 0) | ~torch.isfinite(cast))).any()):
+        if bool(_lost_in_cast(values, mine.dtype)[0].any()):
             raise ParameterError(
                 f"load_state_dict: {where} holds a value that the module's {mine.dtype} holds as 0 or "
                 "infinity; fix the value, or convert the module to a wider dtype first"

@@ -231,8 +231,7 @@ def torch_to_nir(
         TraceError: when torch.fx cannot trace a ``forward``.
         MissingShapeError: when a shape cannot be found without ``example_input``.
     """
-    if not isinstance(module, nn.Module):
-        raise NirBridgeError(f"torch_to_nir expects a torch.nn.Module, got {type(module).__name__}")
+    require_module(module, "torch_to_nir")
     if default_dict is not None:
         if default_map is not None:
             raise ParameterError(
@@ -321,7 +320,7 @@ def require_module(module: Any, caller: str) -> None:
         else ""
     )
     shown = f"{module!r:.80}"
-    raise ParameterError(f"{caller} takes a torch.nn.Module, got {type(module).__name__} {shown}{hint}")
+    raise ParameterError(f"{caller} expects a torch.nn.Module, got {type(module).__name__} {shown}{hint}")
 
 
 def export(

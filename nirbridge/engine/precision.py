@@ -58,29 +58,16 @@ _GET = getattr(torch._C, "_get_fp32_precision_getter", None)
 
 
 def full(kind: str) -> bool:
-    """Whether every float32 setting of device kind ``kind`` (``"cpu"`` or ``"cuda"``)
-    already computes in full float32, so that ``"exact"`` has nothing to change: the
-    per-step check of a module's call, written out (no loop) since it runs every step."""
-    if not _NEW_API:
-        return False  # the legacy flags: let enter() decide
-    get = _GET
-    if kind == "cpu":
-        return (
-            get("mkldnn", "matmul") in _FULL
-            and get("mkldnn", "conv") in _FULL
-            and get("mkldnn", "rnn") in _FULL
-            and get("mkldnn", "all") in _FULL
-            and get("generic", "all") in _FULL
-        )
-    if kind != "cuda":
-        return False
-    return (
-        get("cuda", "matmul") in _FULL
-        and get("cuda", "conv") in _FULL
-        and get("cuda", "rnn") in _FULL
-        and get("cuda", "all") in _FULL
-        and get("generic", "all") in _FULL
-    )
+    """Whether every float32 setting of device kind ``kind`` (``"cpu"`` or ``"cuda"``,
+    :data:`_CHECKED`) already computes in full float32, so that ``"exact"`` has nothing
+    to change (a module's call asks at every step)."""
+    checked = _CHECKED.get(kind)
+    if not _NEW_API or checked is None:
+        return False  # the legacy flags, or another device kind: let enter() decide
+    for op in checked:
+        if _GET(*op) not in _FULL:
+            return False
+    return True
 
 
 def active() -> str | None:
@@ -158,16 +145,11 @@ def _apply(mode: str, kinds: tuple[str, ...]) -> list[tuple[str, ...]]:
     """Put ``mode`` in force for the device kinds; returns what restores the settings."""
     if not _NEW_API:
         return _apply_legacy(mode, kinds)
-    get = torch._C._get_fp32_precision_getter
-    if mode == "exact" and len(kinds) == 1:
-        for op in _CHECKED[kinds[0]]:
-            if get(*op) not in _FULL:
-                break
-        else:
-            return []  # already full float32: nothing to change, nothing to restore
+    if mode == "exact" and len(kinds) == 1 and full(kinds[0]):
+        return []  # already full float32: nothing to change, nothing to restore
     target = "ieee" if mode == "exact" else "tf32"
     ops = [op for kind in kinds for op in _OPS[kind]]
-    current = {op: get(*op) for op in ops}
+    current = {op: _GET(*op) for op in ops}
     # torch also keeps the legacy settings beside the new ones and refuses to read them
     # when the two disagree (inductor reads them): change them first, so that both
     # agree during the call; a user who mixed the two APIs keeps the legacy ones as set

@@ -482,7 +482,7 @@ def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | Non
 
     from .hdf5 import read_datasets
 
-    def choose(found: dict[str, tuple[tuple[int, ...], np.dtype[Any]]]) -> list[str]:
+    def choose(found: dict[str, tuple[tuple[int, ...], np.dtype[Any]]]) -> dict[str, str]:
         if "version" in found and found["version"][1].kind in "OSU":
             raise InputError(
                 f"{path}: is a .nir file (it holds a 'version' string), not input spikes; give an "
@@ -511,12 +511,9 @@ def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | Non
                 f"{path}: dataset {stored!r} of shape {shape}",
                 "pass --steps to read fewer time steps, or store fewer",
             )
-        taken[:] = list(chosen.items())
-        return list(chosen.values())
+        return chosen
 
-    taken: list[tuple[str, str]] = []
-    stored = read_datasets(path, "an HDF5 file of input spikes", rows=steps, choose=choose)
-    arrays = {name: stored[key] for name, key in taken}
+    arrays = read_datasets(path, "an HDF5 file of input spikes", rows=steps, choose=choose)
     inputs = {}
     for name, array in arrays.items():
         shape = shapes[name]

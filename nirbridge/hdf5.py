@@ -527,16 +527,17 @@ def read_datasets(
     kind: str,
     *,
     rows: int | None = None,
-    choose: Callable[[dict[str, tuple[tuple[int, ...], np.dtype[Any]]]], list[str]] | None = None,
+    choose: Callable[[dict[str, tuple[tuple[int, ...], np.dtype[Any]]]], dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The datasets at the root of an HDF5 file that is not a ``.nir`` file (the CLI's
     input spikes), read through the same checks as :func:`nirbridge.read`.
 
     Groups are skipped; links other than hard links, external or virtual storage and
     filter plugins are refused. ``choose({name: (shape, dtype)})`` sees the datasets
-    before any is read and returns the names to read (or raises, for what would not fit
-    in memory); with ``rows``, only the first ``rows`` entries along each dataset's first
-    axis are read.
+    before any is read and returns ``{key: dataset name}`` of those to read, which come
+    back under their keys (or raises, for what would not fit in memory); without it,
+    every dataset comes back under its name. With ``rows``, only the first ``rows``
+    entries along each dataset's first axis are read.
     """
     where = os.fspath(path)
     opened = Source(path, where, kind)
@@ -546,10 +547,10 @@ def read_datasets(
         members = {
             name: (sub, obj) for name, sub, obj in reader.members(root, "") if isinstance(obj, h5d.DatasetID)
         }
-        names = list(members)
+        chosen = {name: name for name in members}
         if choose is not None:
-            names = choose({name: (tuple(obj.shape or ()), obj.dtype) for name, (_, obj) in members.items()})
-        return {name: reader.dataset(members[name][1], members[name][0], rows) for name in names}
+            chosen = choose({name: (tuple(obj.shape or ()), obj.dtype) for name, (_, obj) in members.items()})
+        return {key: reader.dataset(members[name][1], members[name][0], rows) for key, name in chosen.items()}
     except NirBridgeError:
         raise
     except MemoryError as error:

@@ -195,11 +195,11 @@ def test_input_spikes_read_only_the_rows_asked_for(tmp_path):
 
     def choose(found):
         seen.update(found)
-        return ["input"]
+        return {"spikes": "input"}
 
     got = read_datasets(path, "spikes", rows=7, choose=choose)
     assert seen == {"input": ((50, 2, 12), np.dtype(bool))}
-    np.testing.assert_array_equal(got["input"], spikes[:7])
+    np.testing.assert_array_equal(got["spikes"], spikes[:7])
     np.testing.assert_array_equal(read_datasets(path, "spikes")["input"], spikes)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import ClassVar
 
@@ -106,6 +107,18 @@ def test_fast_opts_into_tf32_and_contraction_and_inner_calls_keep_it(user_flags)
     assert Probe.seen[-1]["policy"] == "fast"
     assert settings() == user_flags
     assert not P.contract() and P.active() is None
+
+
+def test_a_policy_holds_in_its_own_thread_only():
+    """The policy in force is per thread, as a context manager's scope is."""
+    seen = {}
+    with nirbridge.precision("fast"):
+        worker = threading.Thread(target=lambda: seen.update(worker=P.active()))
+        worker.start()
+        worker.join()
+        seen["here"] = P.active()
+    assert seen == {"worker": None, "here": "fast"}
+    assert P.active() is None
 
 
 def test_the_flags_are_restored_when_the_call_raises(user_flags):

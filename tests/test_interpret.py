@@ -725,6 +725,13 @@ def test_module_can_be_deep_copied_and_pickled(recurrent_gm):
     out, state = restored(x)
     assert torch.equal(out, expected)
     assert torch.equal(restored(x, state)[0], recurrent_gm(x, state)[0])
+    # it comes back with its own checks, and pickles again
+    assert isinstance(restored, nirbridge.interpret.NIRGraphModule)
+    assert restored.state_dict().keys() == recurrent_gm.state_dict().keys()
+    with pytest.raises(nirbridge.InputError, match="takes the arguments"):
+        restored(x, state, x)
+    again = pickle.loads(pickle.dumps(restored))
+    assert torch.equal(again(x, state)[0], recurrent_gm(x, state)[0])
 
 
 # ----------------------------------------------------------------------------- dtypes, devices, gradients
@@ -917,7 +924,8 @@ def test_single_node_returns_its_module(rng):
 def test_generated_code_is_readable(recurrent_gm):
     code = recurrent_gm.code
     assert "def forward(self, input, state = None)" in code
-    assert "self.block(" in code and "self.fc(" in code
+    # submodules are called through torch's own dict, read at each call
+    assert "self._modules['block'](" in code and "self._modules['fc'](" in code
     assert "'nodes'" in code and "'delayed'" in code
     inner = recurrent_gm.block.code
     assert "delayed_outputs.get('w_rec')" in inner
@@ -979,6 +987,39 @@ def test_replaced_submodules_are_used(rng):
     assert torch.equal(gm(x)[0], 2 * x)
     gm.add_module("n0", nirbridge.layers.Scale(torch.full((2,), 3.0, dtype=torch.float64)))
     assert torch.equal(gm(x)[0], 3 * x)  # the fast submodule lookup reads _modules live
+    gm.n0 = nirbridge.layers.Scale(torch.full((2,), 4.0, dtype=torch.float64))
+    assert torch.equal(gm(x)[0], 4 * x)
+    gm._modules["n0"] = nirbridge.layers.Scale(torch.full((2,), 5.0, dtype=torch.float64))  # as torch.ao does
+    assert torch.equal(gm(x)[0], 5 * x)
+    seen = []
+    hook = gm.n0.register_forward_hook(lambda module, args, out: seen.append(out))
+    gm(x)
+    assert len(seen) == 1 and torch.equal(seen[0], 5 * x)
+    hook.remove()
+    copied = pickle.loads(pickle.dumps(gm))
+    assert torch.equal(copied(x)[0], 5 * x)
+
+
+def test_the_graph_keeps_call_module_nodes_for_fx_tools():
+    """The generated forward calls ``self._modules[name]``; the graph, and what fx
+    traces from the module, still hold ``call_module`` nodes that passes and tools read."""
+    graph = chain(nir.Affine(np.eye(2), np.zeros(2)), nir.Linear(np.eye(2)), shape=[2])
+    gm = nirbridge.nir_to_torch(graph)
+    assert [n.target for n in gm.graph.nodes if n.op == "call_module"] == ["n0", "n1"]
+    checks = nirbridge.checks
+    tracer = torch.fx.Tracer(autowrap_functions=(checks.check_step, checks.unbatch, checks.stamped))
+    retraced = tracer.trace(gm)
+    assert [n.target for n in retraced.nodes if n.op == "call_module"] == ["n0", "n1"]
+
+
+def test_a_failing_call_prints_nothing(capsys):
+    """fx's wrapper printed the generated code to stderr when a call raised; the
+    module's own call raises the error and prints nothing."""
+    gm = nirbridge.nir_to_torch(chain(nir.Scale(np.full(2, 2.0)), shape=[2]))
+    gm.n0 = torch.nn.Linear(3, 3)  # a replacement that does not fit
+    with pytest.raises(RuntimeError):
+        gm(torch.ones(1, 2))
+    assert capsys.readouterr().err == ""
 
 
 # ----------------------------------------------------------------------------- dt sanity, trainable

@@ -8,8 +8,8 @@ the same row of an 8-row one (a 256 → 128 Linear differs by up to 6e-7), a pro
 one row takes the matrix-vector kernel, and cuBLAS and oneDNN pick kernels by problem
 size too. So, under ``precision("exact")``, :func:`time_batched` probes each layer once
 per settings, input shape, chunk length, dtype, device and thread count, on random
-normal and on 0/1 rows, against the same rows ``B`` at a time, and runs the chunk the
-fastest way that agrees to the bit:
+rows (several draws for a small chunk) and on 0/1 rows, against the same rows ``B`` at
+a time, and runs the chunk the fastest way that agrees to the bit:
 
 * ``"flat"``: one call over the ``Tc·B`` rows;
 * ``"batched"`` (a plain ``nn.Linear``): one batched product of ``Tc`` products of
@@ -70,13 +70,25 @@ def way(module: torch.nn.Module, x: torch.Tensor, key: tuple[Any, ...] | None = 
     return found
 
 
+_PROBE_VALUES = 4096  # input values a probe compares at least, over several draws
+
+
 def _probe(module: torch.nn.Module, x: torch.Tensor) -> str:
-    """The first way that gives stepping's bits on random normal and on 0/1 rows."""
+    """The first way that gives stepping's bits on random rows: normal values spread
+    over 13 octaves, and 0/1 spikes. Whether two kernels agree depends on the values
+    (a fused multiply-add rounds once where a multiply and an add round twice), so a
+    small chunk is probed with several draws, at least :data:`_PROBE_VALUES` values in
+    all (at most 16 draws): one draw of a 2-feature, 6-row chunk passed a layer that
+    differed from stepping in the last bit on other values."""
     generator = torch.Generator(device=x.device).manual_seed(0)
+    draws = max(1, min(16, -(-_PROBE_VALUES // max(1, x.numel()))))
     with torch.no_grad():
-        normal = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-        spikes = (torch.rand(x.shape, generator=generator, device=x.device) < 0.3).to(x.dtype)
-        probes = (normal, spikes)
+        probes = []
+        for _ in range(draws):
+            octaves = torch.randint(-6, 7, x.shape, generator=generator, device=x.device).to(x.dtype)
+            normal = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+            probes.append(normal * torch.exp2(octaves))
+        probes.append((torch.rand(x.shape, generator=generator, device=x.device) < 0.3).to(x.dtype))
         stepped = [torch.stack([module.forward(p[t]) for t in range(p.shape[0])]) for p in probes]
         pairs = list(zip(probes, stepped))
         if all(torch.equal(_flat(module, p), s) for p, s in pairs):

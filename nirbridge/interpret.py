@@ -574,7 +574,7 @@ class NIRGraphModule(fx.GraphModule):
     Submodules and buffers are looked up first here, saving ~1 µs per node and step (the
     lookup is live, so replaced modules are seen)."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:  # `self=` is an argument to check
         own = self.__dict__
         arity = own.get("_nirbridge_arity")  # (inputs, inputs + state), from the first good call
         if arity is None or kwargs or not arity[0] <= len(args) <= arity[1]:

@@ -498,6 +498,8 @@ def test_calls_that_do_not_fit_the_forwards_arguments_are_named():
         gm(x, None, state=None)
     with pytest.raises(nirbridge.InputError, match="3 positional"):
         gm(x, None, None)
+    with pytest.raises(nirbridge.InputError, match="1 positional argument.s. and self"):
+        gm(x, self=1)  # was Python's TypeError from the call's own parameter
     out, state = gm(x, state=None)  # by name is fine
     assert gm(input=x, state=state)[0].shape == out.shape
 

@@ -317,3 +317,23 @@ def test_a_neuron_built_by_hand_refuses_what_nir_to_torch_refuses(field, value):
     fields[field] = value
     with pytest.raises(nirbridge.ParameterError, match=f"LIF: {field}"):
         nirbridge.neurons.LIF(**fields)
+
+
+@pytest.mark.parametrize(
+    ("neuron", "fields"),
+    [
+        (nirbridge.neurons.I(), "IState\\(v\\)"),
+        (nirbridge.neurons.LIF(tau=1e-2), "IState\\(v\\)"),
+        (nirbridge.neurons.CubaLIF(tau_syn=1e-2, tau_mem=1e-2), "CubaLIState\\(i, v\\)"),
+    ],
+)
+def test_a_state_of_another_form_is_named(neuron, fields):
+    """A hand-built neuron given ``state=5`` raised Python's AttributeError."""
+    x = torch.ones(2, 3)
+    for wrong in (5, (torch.zeros(2, 3),), {"v": torch.zeros(2, 3)}):
+        with pytest.raises(
+            nirbridge.StateError, match=f"state is of type {type(wrong).__name__}; pass the {fields}"
+        ):
+            neuron(x, state=wrong)
+    out, state = neuron(x)
+    assert neuron(x, state)[0].shape == out.shape  # its own state still runs

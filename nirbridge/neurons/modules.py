@@ -30,6 +30,7 @@ import torch
 from ..engine import kernels as S
 from ..errors import ParameterError
 from ..limits import check_memory
+from ..state import StateError
 from . import functional as F
 
 __all__ = [
@@ -362,6 +363,17 @@ class Neuron(torch.nn.Module):
         """The state before the first step, for one step's input ``x`` ``[B, ...]``."""
         raise NotImplementedError
 
+    def _refuse_state(self, state: Any, error: Exception) -> None:
+        """Raise :class:`StateError` where a step failed on a ``state`` that is not this
+        neuron's state type (a step's own failure is left as it is)."""
+        kind = getattr(type(self), "state_type", None)
+        if kind is not None and not isinstance(state, kind):
+            raise StateError(
+                f"{type(self).__name__}: the state is of type {type(state).__name__}; pass the "
+                f"{kind.__name__}({', '.join(kind._fields)}) the previous call returned, or None "
+                "to start from the initial state"
+            ) from error
+
     def kernel(self, state: Any, x: torch.Tensor) -> S.Kernel:
         """An in-place stepper (:mod:`nirbridge.engine.kernels`) starting from ``state``,
         for inputs like ``x`` ``[B, ...]``."""
@@ -415,7 +427,11 @@ class I(Neuron):  # noqa: E742
     def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
         if state is None:
             state = self.initial_state(x)
-        return F.i_step(x, state, self.r, self.dt)
+        try:
+            return F.i_step(x, state, self.r, self.dt)
+        except (AttributeError, TypeError, ValueError) as error:
+            self._refuse_state(state, error)
+            raise
 
 
 class LI(Neuron):
@@ -447,7 +463,11 @@ class LI(Neuron):
     def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
         if state is None:
             state = self.initial_state(x)
-        return F.li_step(x, state, self.tau, self.r, self.v_leak, self.dt)
+        try:
+            return F.li_step(x, state, self.tau, self.r, self.v_leak, self.dt)
+        except (AttributeError, TypeError, ValueError) as error:
+            self._refuse_state(state, error)
+            raise
 
 
 class IF(Neuron):
@@ -484,7 +504,11 @@ class IF(Neuron):
     def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
         if state is None:
             state = self.initial_state(x)
-        return F.if_step(x, state, self.r, self.v_threshold, self.v_reset, self.dt)
+        try:
+            return F.if_step(x, state, self.r, self.v_threshold, self.v_reset, self.dt)
+        except (AttributeError, TypeError, ValueError) as error:
+            self._refuse_state(state, error)
+            raise
 
 
 class LIF(Neuron):
@@ -528,7 +552,13 @@ class LIF(Neuron):
     def forward(self, x: torch.Tensor, state: F.IState | None = None) -> tuple[torch.Tensor, F.IState]:
         if state is None:
             state = self.initial_state(x)
-        return F.lif_step(x, state, self.tau, self.r, self.v_leak, self.v_threshold, self.v_reset, self.dt)
+        try:
+            return F.lif_step(
+                x, state, self.tau, self.r, self.v_leak, self.v_threshold, self.v_reset, self.dt
+            )
+        except (AttributeError, TypeError, ValueError) as error:
+            self._refuse_state(state, error)
+            raise
 
 
 class CubaLI(Neuron):
@@ -576,7 +606,13 @@ class CubaLI(Neuron):
     ) -> tuple[torch.Tensor, F.CubaLIState]:
         if state is None:
             state = self.initial_state(x)
-        return F.cuba_li_step(x, state, self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in, self.dt)
+        try:
+            return F.cuba_li_step(
+                x, state, self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in, self.dt
+            )
+        except (AttributeError, TypeError, ValueError) as error:
+            self._refuse_state(state, error)
+            raise
 
 
 class CubaLIF(Neuron):
@@ -636,18 +672,22 @@ class CubaLIF(Neuron):
     ) -> tuple[torch.Tensor, F.CubaLIState]:
         if state is None:
             state = self.initial_state(x)
-        return F.cuba_lif_step(
-            x,
-            state,
-            self.tau_syn,
-            self.tau_mem,
-            self.r,
-            self.v_leak,
-            self.v_threshold,
-            self.v_reset,
-            self.w_in,
-            self.dt,
-        )
+        try:
+            return F.cuba_lif_step(
+                x,
+                state,
+                self.tau_syn,
+                self.tau_mem,
+                self.r,
+                self.v_leak,
+                self.v_threshold,
+                self.v_reset,
+                self.w_in,
+                self.dt,
+            )
+        except (AttributeError, TypeError, ValueError) as error:
+            self._refuse_state(state, error)
+            raise
 
 
 class Delay(torch.nn.Module):
@@ -713,7 +753,11 @@ class Delay(torch.nn.Module):
     ) -> tuple[torch.Tensor, F.DelayState]:
         if state is None:
             state = self.initial_state(x)
-        return F.delay_step(x, state, self.steps)
+        try:
+            return F.delay_step(x, state, self.steps)
+        except (AttributeError, TypeError, ValueError) as error:
+            self._refuse_state(state, error)
+            raise
 
     def scan(
         self, x: torch.Tensor, state: F.DelayState | None = None, trace: bool = False

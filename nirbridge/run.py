@@ -360,6 +360,7 @@ def run(
             "call and pass the state on, or run under torch.no_grad() when no gradient is needed",
             device,
         )
+    passed = state  # as given, for the NaN check after the run
     collector = _Collector(steps, need_grad, bool_spikes, estimated=level is not None)
     known = step_bytes(level, batch, dtype.itemsize) if level is not None else None
     length = chunk or (chunk_length(known, batch, steps) if known is not None else min(steps, _FIRST_CHUNK))
@@ -396,7 +397,7 @@ def run(
     result = _assemble(collector, level, spike_types, state, built_dt)
     result.thresholds = _thresholds(module, result)
     _warn_silent(result, module, steps)
-    _warn_nonfinite(result, sequences)
+    _warn_nonfinite(result, sequences, passed)
     return result
 
 
@@ -535,7 +536,7 @@ def _run_native(
         unrecorded=native.unrecorded,
     )
     _warn_silent(result, module, steps)
-    _warn_nonfinite(result, sequences)
+    _warn_nonfinite(result, sequences, state)
     return result
 
 
@@ -937,9 +938,10 @@ def _warn_silent(result: Run, module: Any, steps: int) -> None:
     )
 
 
-def _warn_nonfinite(result: Run, inputs: Mapping[str, torch.Tensor]) -> None:
+def _warn_nonfinite(result: Run, inputs: Mapping[str, torch.Tensor], state: Any = None) -> None:
     """One :class:`NonFiniteWarning` naming every output and record that holds NaN or
-    infinity, with the first step where it does, and whether the inputs held any."""
+    infinity, with the first step where it does, and whether the inputs or the state
+    passed in held any."""
     found = []
     for key, (value, _) in result.series().items():
         step = _first_nonfinite(value)
@@ -947,24 +949,47 @@ def _warn_nonfinite(result: Run, inputs: Mapping[str, torch.Tensor]) -> None:
             name = repr(key) if key in result.records else f"output {_output_name(result, key)!r}"
             found.append(f"{name} from step {step}")
     fed = [f"{n!r} from step {step}" for n, x in inputs.items() if (step := _first_nonfinite(x)) is not None]
-    if not found and not fed:
+    sources = [f"the input {', '.join(fed)}"] if fed else []
+    held = _nonfinite_entries(state, ())
+    if held:
+        sources.append(
+            f"the state passed in (at {', '.join(map(repr, held[:5]))}{', ...' if len(held) > 5 else ''})"
+        )
+    if not found and not sources:
         return
     if not found:  # NaN in, none out: what the neurons did with it is in no record
         message = (
-            f"the input {', '.join(fed)} holds NaN or infinity; no output or record does, but the "
+            f"{' and '.join(sources)} holds NaN or infinity; no output or record does, but the "
             "membranes that took it may (record='all' shows them)"
         )
-    elif fed:
+    elif sources:
         message = (
-            f"NaN or infinity in {', '.join(found)}; the input {', '.join(fed)} holds some, which the "
+            f"NaN or infinity in {', '.join(found)}; {' and '.join(sources)} holds some, which the "
             "neurons carry on"
         )
     else:
         message = (
-            f"NaN or infinity in {', '.join(found)}; no input held any: a parameter or the time step "
-            "makes the equations diverge"
+            f"NaN or infinity in {', '.join(found)}; no input or state passed in held any: a parameter "
+            "or the time step makes the equations diverge"
         )
     warnings.warn(f"nirbridge.run: {message}", NonFiniteWarning, stacklevel=3)
+
+
+def _nonfinite_entries(state: Any, path: tuple[str, ...]) -> list[str]:
+    """The dotted paths of the floating tensors in ``state`` (nested mappings, named
+    tuples, tuples and lists) that hold NaN or infinity."""
+    if isinstance(state, torch.Tensor):
+        bad = state.is_floating_point() and state.numel() and not bool(torch.isfinite(state.detach().sum()))
+        return [".".join(path) or "state"] if bad and not bool(torch.isfinite(state.detach()).all()) else []
+    if isinstance(state, Mapping):
+        items = [(str(k), v) for k, v in state.items()]
+    elif isinstance(state, tuple) and hasattr(state, "_fields"):
+        items = list(zip(state._fields, state))
+    elif isinstance(state, (tuple, list)):
+        items = [(str(i), v) for i, v in enumerate(state)]
+    else:
+        return []
+    return [entry for key, value in items for entry in _nonfinite_entries(value, (*path, key))]
 
 
 def _first_nonfinite(values: torch.Tensor) -> int | None:

@@ -699,6 +699,27 @@ def test_nan_and_infinity_after_a_run_are_named_once():
         nirbridge.run(gm, x, record=())  # NaN in, none out: still named
 
 
+def test_nan_in_a_state_passed_in_is_named_as_the_source():
+    """A NaN membrane passed back as state made the outputs NaN, and the warning said
+    that no input held any: it names the state's entry."""
+    gm = nirbridge.nir_to_torch(EXAMPLES / "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir", dt=1e-4)
+    x = (torch.rand(6, 1, 12) < 0.5).float()
+    state = nirbridge.run(gm, x, record=()).state
+    entry = state["nodes"]["lif1.lif"]
+    state["nodes"]["lif1.lif"] = entry._replace(v=torch.full_like(entry.v, float("nan")))
+    with pytest.warns(nirbridge.NonFiniteWarning) as caught:
+        nirbridge.run(gm, x, state=state, record=["lif1.lif.v"])
+    message = str(caught[0].message)
+    assert "'lif1.lif.v' from step 0" in message
+    assert "the state passed in (at 'nodes.lif1.lif.v') holds some" in message
+    lif = nirbridge.neurons.LIF(tau=torch.full((3,), 1e-3), v_threshold=torch.ones(3))
+    infinite = lif.initial_state(torch.zeros(1, 3))._replace(v=torch.full((1, 3), float("inf")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)  # inf - inf: no spike
+        with pytest.warns(nirbridge.NonFiniteWarning, match=r"the state passed in \(at 'v'\) holds NaN"):
+            nirbridge.run(lif, torch.zeros(4, 1, 3), state=infinite)
+
+
 def test_a_lone_module_checks_the_memory_of_its_output_before_allocating_it():
     """run() of a single neuron (no graph) skipped the estimate and asked for 40 GB."""
     lif = nirbridge.neurons.LIF(

@@ -36,6 +36,7 @@ from .checks import (
 )
 from .engine import Backend, backend_for
 from .engine import precision as _precision
+from .engine import selfcheck as _selfcheck
 from .engine.eager import eager_stepper
 from .engine.schedule import (
     SPIKING,
@@ -148,6 +149,9 @@ class Run:
             the CPU; for the threshold lines of :meth:`plot`.
         unrecorded: for a native model, the layers that could not be recorded under
             a NIR node's name, and why.
+        selfcheck: for the Triton back-end, the verdicts of its kernels' self-check
+            on this run's device and dtype (:mod:`nirbridge.engine.selfcheck`): a
+            family that failed ran eagerly.
     """
 
     output: torch.Tensor | dict[str, torch.Tensor]
@@ -160,6 +164,7 @@ class Run:
     thresholds: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict, repr=False)
     dt_from: str = ""
     unrecorded: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    selfcheck: tuple[_selfcheck.Verdict, ...] = ()
 
     def __repr__(self) -> str:
         def shape(t: torch.Tensor) -> str:
@@ -173,6 +178,7 @@ class Run:
         dt = f"{self.dt:g}" if self.dt is not None else f"None ({self.dt_from})"
         lines = [f"Run(dt={dt}, output={out}, records={len(self.records)})"]
         lines += [f"  {key}: {shape(value)}" for key, value in self.records.items()]
+        lines += [f"  self-check: {verdict}" for verdict in self.selfcheck]
         return "\n".join(lines)
 
     def to_nir_data(self) -> nir.NIRGraphData:
@@ -244,6 +250,7 @@ def run(
     compile: bool = False,
     progress: bool | None = None,
     bool_spikes: bool = False,
+    selfcheck: bool = True,
 ) -> Run:
     """Run a whole time sequence through a module :func:`nirbridge.nir_to_torch` built.
 
@@ -298,6 +305,10 @@ def run(
             once a run has taken two seconds.
         bool_spikes: store recorded spikes, and outputs that are spikes, as
             ``torch.bool`` (a quarter of float32's memory).
+        selfcheck: with the Triton back-end, check each kernel family on this device
+            and dtype against the eager back-end the first time it runs in the process
+            (:mod:`nirbridge.engine.selfcheck`; ``False`` trusts them, for benchmarks,
+            as ``NIRBRIDGE_SELFCHECK=0`` does).
 
     Returns:
         A :class:`Run`.
@@ -308,6 +319,7 @@ def run(
         RecordError: ``record`` names a node or variable the module lacks.
     """
     if _native(module):
+        _check_flags(selfcheck=selfcheck)  # native models run as their own code: no kernel to check
         return _run_native(
             module, inputs, state, record, dt, backend, precision, compile, progress, bool_spikes
         )
@@ -320,7 +332,7 @@ def run(
     batch = next(iter(sequences.values())).shape[1]
     _check_state(level, state, "state", batch, torch.empty(0, dtype=dtype, device=device))
     request = _request(level, record)
-    _check_flags(compile=compile, bool_spikes=bool_spikes, progress=progress)
+    _check_flags(compile=compile, bool_spikes=bool_spikes, progress=progress, selfcheck=selfcheck)
     if chunk is not None:
         if isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
             raise ParameterError(f"run(chunk={chunk!r}): give a whole number of time steps, at least 1")
@@ -368,7 +380,7 @@ def run(
     length = max(shortest, length)
     bar = _progress(progress, steps)
     try:
-        with _precision.precision(precision, device):
+        with _precision.precision(precision, device), _selfcheck.skipping(not selfcheck):
             start = 0
             while start < steps:
                 stop = min(steps, start + length)
@@ -396,6 +408,9 @@ def run(
             bar.close()
     result = _assemble(collector, level, spike_types, state, built_dt)
     result.thresholds = _thresholds(module, result)
+    if chosen == "triton":
+        here = (str(device), _selfcheck.dtype_name(dtype))
+        result.selfcheck = tuple(v for v in _selfcheck.verdicts() if (v.device, v.dtype) == here)
     _warn_silent(result, module, steps)
     _warn_nonfinite(result, sequences, passed)
     return result

@@ -48,6 +48,7 @@ from ..errors import BackendUnavailableError, CompileWarning
 from ..neurons import functional as F
 from ..neurons import modules as M
 from . import precision as _precision
+from . import selfcheck
 from .eager import eager_stepper, scan_neuron
 from .schedule import Level, Request
 
@@ -104,7 +105,12 @@ def triton_stepper(module: torch.nn.Module, level: Level | None, request: Reques
         )
     from .triton_loop import run_loop
 
-    return eager_stepper(module, level, request, scan, run_loop)
+    dtype = next((t.dtype for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()), None)
+
+    def loop(*args: Any) -> bool:  # the loop kernel where it passed its self-check
+        return (dtype is None or selfcheck.passed("loop", device, dtype)) and run_loop(*args)
+
+    return eager_stepper(module, level, request, scan, loop)
 
 
 def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
@@ -116,13 +122,23 @@ def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
     family = FAMILY_OF.get(type(module))
     if family is None or any(getattr(module, name).dtype != x.dtype for name in module.params):
         return scan_neuron(module, x, state, trace)  # no kernel, or mixed precision: as eager
-    if _failed:
+    if _failed or not _trusted(module, x, state):
         return scan_neuron(module, x, state, trace)
     try:
         return _scan(module, family, x, state, trace)
     except (CompilationError, OutOfResources) as error:
         give_up(error)
         return scan_neuron(module, x, state, trace)
+
+
+def _trusted(module: M.Neuron, x: torch.Tensor, state: Any) -> bool:
+    """Whether the scan's kernels (the reverse one too, where a gradient will flow)
+    passed their self-check on this device and dtype (:mod:`.selfcheck`)."""
+    if not selfcheck.passed("scan", x.device, x.dtype):
+        return False
+    return not module.needs_grad(x, state if state is not None else ()) or selfcheck.passed(
+        "scan backward", x.device, x.dtype
+    )
 
 
 def give_up(error: Exception) -> None:

@@ -32,6 +32,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.demo
 TORCH_STAMP := $(VENV)/.torch
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TORCH_SPEC ?=
@@ -67,7 +68,13 @@ $(TORCH_STAMP): Makefile
 	$(PY) -c "import torch; print(f'torch {torch.__version__} (CUDA {torch.version.cuda}) from {torch.__file__}')"
 	touch $(TORCH_STAMP)
 
-$(STAMP): $(TORCH_STAMP) pyproject.toml Makefile
+# what `make demo` needs: nirbridge and matplotlib (its raster plot), nothing else
+$(DEMO_STAMP): $(TORCH_STAMP) pyproject.toml Makefile
+	$(PIP) install -q -e ".[plot]"
+	touch $(DEMO_STAMP)
+
+# everything the tests use, on top: the simulators, Triton, nirtorch, the docs' tools
+$(STAMP): $(DEMO_STAMP)
 	$(PIP) install -q -e ".[dev,snntorch,spikingjelly]" tomlkit pyserial
 	$(PIP) install -q --no-deps norse==1.1.0
 	@if $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then \
@@ -81,7 +88,7 @@ $(STAMP): $(TORCH_STAMP) pyproject.toml Makefile
 	$(PY) -c "import torch, nir, norse, snntorch, nirtorch"
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) -m nirbridge.demo
 
 tools:

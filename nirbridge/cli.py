@@ -11,6 +11,8 @@
   file, and report where they differ (exit status 1 when they do).
 - ``nirbridge support``: the default conversion maps as a table.
 - ``nirbridge draw FILE -o graph.svg``: a picture of the graph.
+- ``nirbridge selftest [--device cuda|cpu] [--quick] [--json]``: prove the install on a
+  device (:mod:`nirbridge.selftest`).
 
 Bad input (a missing path, a folder, a file that is not what its name says) ends the
 command with exit status 1 and one line on stderr naming the file and the problem;
@@ -1078,6 +1080,43 @@ def support(as_json: bool) -> None:
     _echo("  ".join("-" * widths[c] for c in COLUMNS))
     for row in rows:
         _echo("  ".join(row[c].ljust(widths[c]) for c in COLUMNS).rstrip())
+
+
+@main.command()
+@click.option(
+    "--device",
+    type=click.Choice(["cuda", "cpu"]),
+    default=None,
+    help="Where to check (default: cuda where torch sees one, else cpu).",
+)
+@click.option("--quick", is_flag=True, help="Leave out the timings of benchmarks/bench_run.py.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON, for bug reports.")
+def selftest(device: str | None, quick: bool, as_json: bool) -> None:
+    """Prove this install on a device: every Triton kernel family against the eager
+    back-end (float32, float64), three networks through every back-end against
+    stepping, the loop probe, BPTT gradients, the precision policy and (without
+    --quick) the timings of benchmarks/bench_run.py. Exit status 0 only when every
+    check passes.
+
+    \b
+    Example:
+      nirbridge selftest --device cuda
+      nirbridge selftest --device cpu --quick --json > selftest.json
+    """
+    import torch
+
+    from .selftest import render
+    from .selftest import selftest as run_selftest
+
+    chosen = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if chosen == "cuda" and not torch.cuda.is_available():
+        _fail("selftest", "--device cuda: torch sees no CUDA device here; use --device cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # each check reports what it found
+        report = run_selftest(chosen, quick=quick)
+    _echo(json.dumps(report, indent=2) if as_json else render(report))
+    if not report["ok"]:
+        sys.exit(1)
 
 
 # ----------------------------------------------------------------------------- draw

@@ -1,0 +1,86 @@
+"""nirbridge selftest: one command that proves an install, on the CPU through the
+eager, compile and (Triton's interpreter) triton back-ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from click.testing import CliRunner
+
+from nirbridge.cli import main
+from nirbridge.engine import selfcheck
+from nirbridge.engine import triton as T
+
+FAMILIES = [f"kernel {f} {d}" for f in selfcheck.FAMILIES for d in ("float32", "float64")]
+GRAPHS = [f"graph {g} {b}" for g in ("dense", "srnn", "cnn") for b in ("eager", "compile", "triton")]
+
+
+def test_selftest_on_the_cpu_passes_and_its_json_names_every_check():
+    """The command in its full form, as CI runs it, in a fresh process (it sets
+    TRITON_INTERPRET itself); the timings come from benchmarks/bench_run.py."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-m", "nirbridge", "selftest", "--device", "cpu", "--json"],
+        capture_output=True, text=True, env=env, timeout=1200, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["ok"] is True and report["device"].startswith("cpu")
+    assert (
+        report["versions"]["torch"] == torch.__version__ and report["versions"]["triton_interpreter"] == "1"
+    )
+    assert {"python", "nirbridge", "torch", "cuda", "driver", "triton", "nir"} <= report["versions"].keys()
+    names = [c["name"] for c in report["checks"]]
+    assert names == [
+        *FAMILIES,
+        *GRAPHS,
+        "loop probe",
+        "bptt compile",
+        "bptt triton",
+        "precision policy",
+        "timings",
+    ]
+    for check in report["checks"]:
+        assert check.keys() == {"name", "ok", "detail", "seconds"} and check["ok"], check
+    graphs = {c["name"]: c["detail"] for c in report["checks"] if c["name"].startswith("graph")}
+    assert all(d.startswith("0 of ") and "differ from stepping" in d for d in graphs.values()), graphs
+    assert all(" 0 spikes" not in d for d in graphs.values())  # every network is active
+    assert "dense" in report["checks"][-1]["detail"]  # bench_run's own report
+
+
+def test_a_kernel_made_to_differ_fails_the_selftest_with_exit_status_1(monkeypatch):
+    launch = T._forward
+
+    def off_by_one_ulp(*args, **kwargs):
+        out, v, *rest = launch(*args, **kwargs)
+        return (out, torch.nextafter(v, v + 1), *rest)
+
+    monkeypatch.setattr(T, "_forward", off_by_one_ulp)
+    selfcheck.forget()
+    try:
+        result = CliRunner().invoke(main, ["selftest", "--device", "cpu", "--quick"])
+    finally:
+        selfcheck.forget()
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("nirbridge selftest on cpu")
+    assert any(
+        line.startswith("FAIL  kernel scan float32") and "values differ from eager" in line for line in lines
+    )
+    assert lines[-1].startswith("1 check(s) failed") or "kernel scan float32" in lines[-1]
+    assert any(line.startswith("ok    graph dense triton") for line in lines)  # it fell back to eager: exact
+
+
+def test_cuda_is_proved_where_torch_sees_it_and_refused_in_one_line_elsewhere():
+    if torch.cuda.is_available():  # the GPU machine: the real proof (docs/gpu.md)
+        result = CliRunner().invoke(main, ["selftest", "--device", "cuda", "--quick", "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["device"].startswith("cuda")
+        return
+    result = CliRunner().invoke(main, ["selftest", "--device", "cuda"])
+    assert result.exit_code == 1
+    assert "torch sees no CUDA device here; use --device cpu" in result.output

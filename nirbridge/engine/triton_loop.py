@@ -26,8 +26,13 @@ patterns, against the sum in that order. Where it differs (on the CPU here: a ba
 one, float64, layers wider than about 128), the loop is stepped as the eager back-end
 steps it, with the same results. Under the ``"fast"`` policy the probe is skipped.
 
-Not here: loops wider than :data:`WIDEST` neurons, of other shapes (several neurons,
-nested graphs, delays inside the loop), or with gradients (BPTT steps them eagerly).
+BPTT: with gradients, the same kernel also keeps each step's membrane before the reset
+(and the current, for CubaLIF), and a reverse-time kernel (:mod:`.triton_loop_grad`)
+gives the gradients eager autograd defines, to the input, the layer's weight and bias,
+the layer's previous output, the initial state and every trainable neuron parameter.
+
+Not here: loops wider than :data:`WIDEST` neurons, or of other shapes (several neurons,
+nested graphs, delays inside the loop).
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from .schedule import Level, Recorded, Request, node_input
 from .triton import FAMILIES, FAMILY_OF, CompilationError, OutOfResources, factors, give_up, triton
 from .triton import _failed as failed
 
-__all__ = ["PROBES", "WIDEST", "run_loop", "sums_in_order"]
+__all__ = ["PROBES", "WIDEST", "operands", "run_loop", "sums_in_order"]
 
 WIDEST = 128
 """The widest loop (neurons) that runs as one kernel; its weights stay in the cache."""
@@ -79,21 +84,25 @@ def run_loop(
     previous, state = delayed.get(layer_name), nodes.get(name)
     tensors = [ext, layer.weight, layer.bias, previous, *(getattr(neuron, p) for p in neuron.params)]
     tensors += list(state) if state is not None else []
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
-        return False  # BPTT: stepped
     if ext.dim() != 3 or any(t.dtype != ext.dtype for t in tensors if isinstance(t, torch.Tensor)):
         return False
     batch, n = ext.shape[1:]
     square = layer.in_features == n == layer.out_features
     if not (n <= WIDEST and square) or neuron._shape(ext[0]) != (batch, n):
         return False
+    if previous is not None and tuple(previous.shape) != (batch, n):
+        return False
     if not _precision.contract() and not sums_in_order(layer, batch, ext):
         return False
     if state is None:
         state = neuron.initial_state(ext[0])
     wanted = request.wanted(name)
+    scan = _scan_loop
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        from .triton_loop_grad import scan_loop as scan  # BPTT: this kernel, then its reverse
+
     try:
-        out, rec, v, i, trace_v, trace_i = _launch(
+        out, rec, v, i, trace_v, trace_i = scan(
             neuron, family, layer, ext, state, previous, wanted is not False
         )
     except (CompilationError, OutOfResources) as error:
@@ -167,7 +176,17 @@ def _in_order(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) 
     return total + bias if bias is not None else total
 
 
-def _launch(
+def operands(neuron: M.Neuron, family: str, batch: int, n: int, dummy: torch.Tensor) -> list[torch.Tensor]:
+    """``[scale, a, b, r, leak, threshold, reset]`` of ``neuron`` as the kernels read
+    them (:func:`.triton.factors`, then the threshold and the reset), each expanded to
+    a contiguous ``[batch, n]``; ``dummy`` where the family has no such operand."""
+    return [
+        t if t is dummy else t.expand(batch, n).contiguous()
+        for t in (*factors(neuron, family, dummy), neuron.v_threshold, neuron.v_reset)
+    ]
+
+
+def _scan_loop(
     neuron: M.Neuron,
     family: str,
     layer: torch.nn.Linear,
@@ -176,42 +195,68 @@ def _launch(
     previous: torch.Tensor | None,
     trace: bool,
 ) -> tuple[torch.Tensor, ...]:
-    """``(spikes, layer outputs, v, i, trace_v, trace_i)`` over the chunk ``ext``; the
-    state starts from copies. Traces are placeholders unless ``trace``."""
+    """``(spikes, layer outputs, v, i, trace_v, trace_i)`` over the chunk ``ext``,
+    without gradients: one :func:`_launch`."""
+    batch, n = ext.shape[1:]
+    dummy = ext.new_zeros(())
+    v0 = state.v.expand(batch, n)
+    i0 = state.i.expand(batch, n) if family == "cuba" else dummy
+    weight = layer.weight.contiguous()
+    start = previous.contiguous() if previous is not None else None
+    found = _launch(
+        family, ext, operands(neuron, family, batch, n, dummy), weight, layer.bias, v0, i0, start, trace
+    )
+    return found[:6]
+
+
+def _launch(
+    family: str,
+    ext: torch.Tensor,
+    operands: list[torch.Tensor],
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    v0: torch.Tensor,
+    i0: torch.Tensor,
+    previous: torch.Tensor | None,
+    trace: bool,
+    save: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """Launch :func:`_loop_scan` over the chunk ``ext`` ``[T, B, n]``: ``(spikes, layer
+    outputs, v, i, trace_v, trace_i, v_pre)``. The state starts from copies of ``v0``
+    and ``i0`` (``[B, n]``); ``operands`` are :func:`operands`' (``[B, n]``
+    contiguous, or 0-d where the family has none), ``weight`` and ``previous``
+    contiguous. ``trace`` writes the state after every step; ``save`` (for BPTT) the
+    membrane before every reset in ``v_pre`` and, for CubaLIF, the current after
+    every step in ``trace_i``. What is not written is a 0-d placeholder of its own."""
     steps, batch, n = ext.shape
     cuba = family == "cuba"
-    dummy = ext.new_zeros(())
-    operands = [
-        t if t is dummy else t.expand(batch, n).contiguous()
-        for t in (*factors(neuron, family, dummy), neuron.v_threshold, neuron.v_reset)
-    ]
-    scale, a, b, r, leak, threshold, reset = operands
-    v = state.v.expand(batch, n).clone(memory_format=torch.contiguous_format)
-    i = state.i.expand(batch, n).clone(memory_format=torch.contiguous_format) if cuba else v
+    v = v0.clone(memory_format=torch.contiguous_format)
+    i = i0.clone(memory_format=torch.contiguous_format) if cuba else v
     out, rec = torch.empty_like(ext), torch.empty_like(ext)
     trace_v = torch.empty_like(ext) if trace else out
-    trace_i = torch.empty_like(ext) if trace and cuba else trace_v
-    weight = layer.weight.contiguous()
-    bias = layer.bias if layer.bias is not None else weight
-    start = previous.contiguous() if previous is not None else v
+    keep_i = cuba and (trace or save)
+    trace_i = torch.empty_like(ext) if keep_i else trace_v
+    v_pre = torch.empty_like(ext) if save else out
+    start = previous if previous is not None else v
+    scale, a, b, r, leak, threshold, reset = (t if t.dim() else v for t in operands)  # 0-d: never read
     block_n = triton.next_power_of_2(n)
     block_b = max(1, min(triton.next_power_of_2(batch), _TILE // block_n))
     _loop_scan[(triton.cdiv(batch, block_b),)](
-        ext, *(v if t is dummy else t for t in (scale, i, a, b, r, leak, threshold, reset)), v,
-        weight, bias, start, out, rec, trace_v, trace_i,
+        ext, scale, i, a, b, r, leak, threshold, reset, v,
+        weight, bias if bias is not None else weight, start, out, rec, trace_v, trace_i, v_pre,
         steps, batch, n,
-        FAMILY=FAMILIES[family], HAS_PREVIOUS=previous is not None, HAS_BIAS=layer.bias is not None,
-        TRACE=trace, BLOCK_B=block_b, BLOCK_N=block_n,
+        FAMILY=FAMILIES[family], HAS_PREVIOUS=previous is not None, HAS_BIAS=bias is not None,
+        TRACE=trace, SAVE=save, BLOCK_B=block_b, BLOCK_N=block_n,
         enable_fp_fusion=_precision.contract(),
     )  # fmt: skip
-    placeholder = ext.new_zeros(())
     return (
         out,
         rec,
         v,
-        i if cuba else placeholder,
-        trace_v if trace else placeholder,
-        trace_i if trace and cuba else placeholder,
+        i if cuba else ext.new_zeros(()),
+        trace_v if trace else ext.new_zeros(()),
+        trace_i if keep_i else ext.new_zeros(()),
+        v_pre if save else ext.new_zeros(()),
     )
 
 
@@ -223,15 +268,17 @@ if triton is not None:
     @triton.jit
     def _loop_scan(
         ext_ptr, scale_ptr, i_ptr, a_ptr, b_ptr, r_ptr, leak_ptr, th_ptr, reset_ptr, v_ptr,
-        w_ptr, bias_ptr, start_ptr, out_ptr, rec_ptr, trace_v_ptr, trace_i_ptr,
+        w_ptr, bias_ptr, start_ptr, out_ptr, rec_ptr, trace_v_ptr, trace_i_ptr, v_pre_ptr,
         steps, batch, n,
         FAMILY: tl.constexpr, HAS_PREVIOUS: tl.constexpr, HAS_BIAS: tl.constexpr, TRACE: tl.constexpr,
-        BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
+        SAVE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
     ):  # fmt: skip
         """A block of batch rows through ``steps`` of the loop: the input ``ext`` plus
         the layer's previous output, the family's update and reset, then the layer
         ``rec = W z + bias`` summed over ``k`` in order from the spikes just stored
-        (a barrier makes the block's spikes visible to all its threads)."""
+        (a barrier makes the block's spikes visible to all its threads). TRACE writes
+        the state after every step; SAVE the membrane before every reset and, for
+        CubaLIF, the current after every step (what the reverse kernel reads)."""
         rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)[:, None]
         cols = tl.arange(0, BLOCK_N)[None, :]
         row_ok = rows < batch
@@ -251,6 +298,7 @@ if triton is not None:
         rec_at = rec_ptr + offsets
         trace_v_at = trace_v_ptr + offsets
         trace_i_at = trace_i_ptr + offsets
+        v_pre_at = v_pre_ptr + offsets
         stride = batch * n
         for t in range(steps):
             x = tl.load(ext_at, mask=mask)
@@ -259,10 +307,13 @@ if triton is not None:
             else:
                 x = tl.where(t > 0, x + rec, x)
             v, i = _update(scale * x, v, i, a, b, r, leak, FAMILY)
+            if SAVE:
+                tl.store(v_pre_at, v, mask=mask)
             z, v = _fire(v, threshold, reset)
             tl.store(out_at, z, mask=mask)
             if TRACE:
                 tl.store(trace_v_at, v, mask=mask)
+            if TRACE or SAVE:
                 if FAMILY == 2:
                     tl.store(trace_i_at, i, mask=mask)
             tl.debug_barrier()
@@ -282,6 +333,7 @@ if triton is not None:
             rec_at += stride
             trace_v_at += stride
             trace_i_at += stride
+            v_pre_at += stride
         tl.store(v_ptr + offsets, v, mask=mask)
         if FAMILY == 2:
             tl.store(i_ptr + offsets, i, mask=mask)

@@ -31,7 +31,9 @@ autograd's within rounding (tested: 1e-5 relative in float32, 1e-9 in float64).
 
 Recurrent loops: a small ``neuron ⇄ linear`` loop (the Braille SRNN's) runs as one
 kernel per chunk (:mod:`.triton_loop`) where the device's matrix product sums as that
-kernel does; other loops, and loops under gradients, step as in the eager back-end.
+kernel does, and with gradients as that kernel and a reverse-time one
+(:mod:`.triton_loop_grad`: BPTT to the input, the layer's weight and bias, the initial
+state and the neuron parameters); other loops step as in the eager back-end.
 
 ``backend="auto"`` is this back-end on CUDA (:func:`nirbridge.engine.backend_for`).
 """

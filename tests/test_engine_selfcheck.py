@@ -32,8 +32,8 @@ def spikes(steps=8, batch=2, seed=0):
 @pytest.mark.parametrize("family", selfcheck.FAMILIES)
 def test_every_kernel_family_passes_its_check_through_the_interpreter(family, dtype):
     verdict = selfcheck.check(family, torch.device("cpu"), dtype)
-    assert verdict.ok and verdict.differing == 0 and verdict.compared > 500, verdict
-    assert verdict.exact == (family != "scan backward")
+    assert verdict.ok and verdict.differing == 0 and verdict.compared > 400, verdict
+    assert verdict.exact == (not family.endswith("backward"))
     assert str(verdict).startswith(f"{family} on cpu ({str(dtype)[6:]}): ok, 0 of ")
     assert selfcheck.verdicts() == [verdict]
 

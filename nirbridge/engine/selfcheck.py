@@ -11,7 +11,10 @@ a small deterministic case goes through it and through the eager back-end:
 * ``"scan backward"``: its reverse-time kernel (BPTT), the gradients to the input, the
   initial state and the thresholds against eager autograd's;
 * ``"loop"``: the kernel of a small ``neuron ⇄ linear`` loop (:mod:`.triton_loop`),
-  against the neuron's eager step and the layer summed in the kernel's order.
+  against the neuron's eager step and the layer summed in the kernel's order;
+* ``"loop backward"``: its reverse-time kernel (:mod:`.triton_loop_grad`), the
+  gradients to the input, the layer's weight and bias, the initial state and the
+  neuron's parameters against eager autograd's through the same steps.
 
 Under the ``"exact"`` policy the forward families must equal eager bit for bit; the
 backward family, which eager autograd computes in another order, within 1e-5 (float32)
@@ -31,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -43,7 +47,7 @@ from . import precision as _precision
 
 __all__ = ["FAMILIES", "Verdict", "check", "dtype_name", "forget", "passed", "skipping", "verdicts"]
 
-FAMILIES: tuple[str, ...] = ("scan", "scan backward", "loop")
+FAMILIES: tuple[str, ...] = ("scan", "scan backward", "loop", "loop backward")
 ENV = "NIRBRIDGE_SELFCHECK"
 _TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-9}
 
@@ -53,7 +57,7 @@ class Verdict:
     """What the self-check of one kernel family found on one device and dtype.
 
     Attributes:
-        family: ``"scan"``, ``"scan backward"`` or ``"loop"``.
+        family: ``"scan"``, ``"scan backward"``, ``"loop"`` or ``"loop backward"``.
         device: the device, as ``str(torch.device)``.
         dtype: ``"float32"`` or ``"float64"``.
         ok: whether the family may run there (it equals eager as asked).
@@ -108,12 +112,17 @@ def passed(family: str, device: torch.device, dtype: torch.dtype) -> bool:
     if found is None:
         found = check(family, device, dtype, exact)
         if not found.ok:
+            what = (
+                f"found {found.differing} of {found.compared} values other than the eager back-end's "
+                f"({found.detail})"
+                if found.compared
+                else f"could not run its case ({found.detail})"
+            )
             warnings.warn(
                 f"run(backend='triton'): the self-check of the {family} kernel on {found.device} "
-                f"({found.dtype}) found {found.differing} of {found.compared} values other than the "
-                f"eager back-end's ({found.detail}), so that kernel runs eagerly for the rest of this "
-                "process. Please report it, with the output of `nirbridge selftest --json`, at "
-                "nirbridge's issue tracker",
+                f"({found.dtype}) {what}, so that kernel runs eagerly for the rest of this process. "
+                "Please report it, with the output of `nirbridge selftest --json`, at nirbridge's "
+                "issue tracker",
                 CompileWarning,
                 stacklevel=2,
             )
@@ -127,7 +136,7 @@ def check(family: str, device: torch.device, dtype: torch.dtype, exact: bool = T
     token = _RUNNING.set(True)
     try:
         pairs = case(torch.device(device), dtype)
-        bitwise = exact and family != "scan backward"
+        bitwise = exact and not family.endswith("backward")
         verdict = _compare(family, device, dtype, pairs, bitwise)
     except Exception as error:  # noqa: BLE001 - a kernel that cannot run here fails its check
         verdict = Verdict(
@@ -246,13 +255,21 @@ def _scan_case(device: torch.device, dtype: torch.dtype) -> list[tuple[str, torc
         for label, neuron, x in _neurons(device, dtype):
             mine = theirs = None
             for start, stop in ((0, 2), (2, x.shape[0])):  # a chunk boundary: the state carried on
-                out, mine, traces = T.scan(neuron, x[start:stop], mine, True)
+                out, mine, traces = _kernel_scan(T.FAMILY_OF[type(neuron)], neuron, x[start:stop], mine, True)
                 want, theirs, want_traces = scan_neuron(neuron, x[start:stop], theirs, True)
                 pairs.append((f"{label} output, steps {start}-{stop - 1}", out, want))
                 steps = f"steps {start}-{stop - 1}"
                 pairs += [(f"{label} {k}, {steps}", traces[k], want_traces[k]) for k in want_traces]
             pairs += [(f"{label} final {k}", a, b) for k, a, b in zip(mine._fields, mine, theirs)]
     return pairs
+
+
+def _kernel_scan(family: str, neuron: Any, x: torch.Tensor, state: Any, trace: bool) -> Any:
+    """The Triton scan itself, never its eager fallbacks (:func:`.triton.scan` runs
+    eagerly once a kernel could not be built)."""
+    from . import triton as T
+
+    return T._scan(neuron, family, x, state, trace)
 
 
 def _scan_backward_case(
@@ -266,7 +283,8 @@ def _scan_backward_case(
     for label, neuron, x in _neurons(device, dtype):
         weights = torch.linspace(-1, 1, x.numel(), dtype=dtype, device=device).reshape(x.shape)
         grads = []
-        for scan in (T.scan, scan_neuron):
+        kernel = functools.partial(_kernel_scan, T.FAMILY_OF[type(neuron)])
+        for scan in (kernel, scan_neuron):
             inputs = x.clone().requires_grad_(True)
             start = neuron.initial_state(x[0])
             start = type(start)(*(s.detach().clone().requires_grad_(True) for s in start))
@@ -281,40 +299,93 @@ def _scan_backward_case(
     return pairs
 
 
-def _loop_case(device: torch.device, dtype: torch.dtype) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    """The loop kernel against the neuron's eager steps with the layer summed in the
-    kernel's order (inputs in index order, the bias last)."""
+def _loops(
+    device: torch.device, dtype: torch.dtype
+) -> Iterator[tuple[str, Any, torch.nn.Linear, torch.Tensor]]:
+    """``(family, neuron, layer, external input [T, B, n])`` for IF, LIF and CubaLIF."""
     from ..neurons import modules as M
-    from . import triton_loop as L
-    from .triton import FAMILY_OF
 
     n, steps, batch = 5, 6, 3
     generator = torch.Generator().manual_seed(20261125)
-    pairs = []
-    with torch.no_grad():
-        for kind, times in ((M.IF, {}), (M.LIF, {"tau": 3.0}), (M.CubaLIF, {"tau_syn": 2.0, "tau_mem": 4.0})):
-            neuron = kind(**times, v_threshold=1.0, dt=1.0).to(device=device, dtype=dtype)
-            layer = torch.nn.Linear(n, n).to(device=device, dtype=dtype)
+    families = (
+        ("i", M.IF, {}),
+        ("li", M.LIF, {"tau": 3.0}),
+        ("cuba", M.CubaLIF, {"tau_syn": 2.0, "tau_mem": 4.0}),
+    )
+    for family, kind, times in families:
+        neuron = kind(**times, v_threshold=1.0, dt=1.0).to(device=device, dtype=dtype)
+        layer = torch.nn.Linear(n, n).to(device=device, dtype=dtype)
+        with torch.no_grad():
             layer.weight.copy_(torch.randn(n, n, generator=generator, dtype=torch.float64).to(dtype))
             layer.bias.copy_(torch.randn(n, generator=generator, dtype=torch.float64).to(dtype))
-            ext = (torch.randn(steps, batch, n, generator=generator, dtype=torch.float64) * 1.5).to(dtype)
-            ext = ext.to(device)
-            state = neuron.initial_state(ext[0])
-            out, rec, v, i, _, _ = L._launch(neuron, FAMILY_OF[kind], layer, ext, state, None, False)
-            spikes, outputs, previous = [], [], None
-            for t in range(steps):
-                z, state = neuron(ext[t] + previous if previous is not None else ext[t], state)
-                previous = L._in_order(z, layer.weight, layer.bias)
-                spikes.append(z)
-                outputs.append(previous)
-            label = kind.__name__
+        ext = (torch.randn(steps, batch, n, generator=generator, dtype=torch.float64) * 1.5).to(dtype)
+        yield family, neuron, layer, ext.to(device)
+
+
+def _stepped_loop(neuron: Any, layer: torch.nn.Linear, ext: torch.Tensor, state: Any) -> tuple[Any, ...]:
+    """The loop stepped in torch: ``x_t = e_t + y_{t-1}``, the neuron's step, ``y_t``
+    summed as the kernel sums it (inputs in index order, the bias last)."""
+    from . import triton_loop as L
+
+    spikes, outputs, previous = [], [], None
+    for t in range(ext.shape[0]):
+        z, state = neuron(ext[t] + previous if previous is not None else ext[t], state)
+        previous = L._in_order(z, layer.weight, layer.bias)
+        spikes.append(z)
+        outputs.append(previous)
+    return torch.stack(spikes), torch.stack(outputs), state
+
+
+def _loop_case(device: torch.device, dtype: torch.dtype) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """The loop kernel against the loop stepped in torch."""
+    from . import triton_loop as L
+
+    pairs = []
+    with torch.no_grad():
+        for family, neuron, layer, ext in _loops(device, dtype):
+            start = neuron.initial_state(ext[0])
+            out, rec, v, i, _, _ = L._scan_loop(neuron, family, layer, ext, start, None, False)
+            spikes, outputs, state = _stepped_loop(neuron, layer, ext, start)
+            label = type(neuron).__name__
             pairs += [
-                (f"{label} spikes", out, torch.stack(spikes)),
-                (f"{label} layer outputs", rec, torch.stack(outputs)),
+                (f"{label} spikes", out, spikes),
+                (f"{label} layer outputs", rec, outputs),
                 (f"{label} final v", v, state.v),
             ]
-            if kind is M.CubaLIF:
+            if family == "cuba":
                 pairs.append((f"{label} final i", i, state.i))
+    return pairs
+
+
+def _loop_backward_case(
+    device: torch.device, dtype: torch.dtype
+) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """Gradients through the loop's reverse kernel against eager autograd's through
+    the loop stepped in torch."""
+    from .triton_loop_grad import scan_loop
+
+    pairs = []
+    for family, neuron, layer, ext in _loops(device, dtype):
+        neuron.v_threshold.requires_grad_(True)
+        weights = torch.linspace(-1, 1, ext.numel(), dtype=dtype, device=device).reshape(ext.shape)
+        grads = []
+        for kernel in (True, False):
+            inputs = ext.clone().requires_grad_(True)
+            start = neuron.initial_state(ext[0])
+            start = type(start)(*(s.detach().clone().requires_grad_(True) for s in start))
+            leaves = [inputs, layer.weight, layer.bias, neuron.v_threshold, *start]
+            with torch.enable_grad():
+                if kernel:
+                    out, rec, *_ = scan_loop(neuron, family, layer, inputs, start, None, False)
+                else:
+                    out, rec, _ = _stepped_loop(neuron, layer, inputs, start)
+                loss = (out * weights).sum() + (rec * weights.flip(0)).sum()
+                grads.append(torch.autograd.grad(loss, leaves, allow_unused=True))
+        names = ("input", "weight", "bias", "threshold", *start._fields)
+        label = type(neuron).__name__
+        for name, a, b in zip(names, *grads):
+            if a is not None and b is not None:
+                pairs.append((f"{label} gradient to the {name}", a, b))
     return pairs
 
 
@@ -322,4 +393,5 @@ _CASES: dict[str, Callable[[torch.device, torch.dtype], list[tuple[str, torch.Te
     "scan": _scan_case,
     "scan backward": _scan_backward_case,
     "loop": _loop_case,
+    "loop backward": _loop_backward_case,
 }

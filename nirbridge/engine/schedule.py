@@ -35,7 +35,8 @@ import torch.fx as fx
 
 from .. import graph as graph_utils
 from ..errors import NirBridgeError
-from ..interpret import add_delayed, delayed_only, forward_takes_state
+from ..graph_module import add_delayed, delayed_only
+from ..interpret import forward_takes_state
 
 __all__ = [
     "CACHE_BYTES",

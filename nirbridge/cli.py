@@ -760,7 +760,7 @@ def convert(source: str, target: str, compression: str, input_shape: str | None)
 )
 @click.option(
     "--backend",
-    type=click.Choice(["auto", "eager", "compile", "triton"]),
+    type=click.Choice(["auto", "eager", "compile", "triton", "cpu"]),
     default="auto",
     show_default=True,
     help="How run computes: compile is torch.compile (slow to start, fast to run).",

@@ -353,6 +353,10 @@ def run(
         from .engine.triton import triton_stepper
 
         stepper = triton_stepper(module, level, request)
+    elif chosen == "cpu":
+        from .engine.cpu import cpu_stepper
+
+        stepper = cpu_stepper(module, level, request)
 
     need_grad = torch.is_grad_enabled() and (
         any(p.requires_grad for p in module.parameters())

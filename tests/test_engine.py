@@ -24,9 +24,9 @@ def test_auto_is_triton_on_cuda_and_eager_elsewhere():
 
 
 def test_an_unknown_back_end_is_refused_with_the_choices():
-    with pytest.raises(nirbridge.ParameterError, match="use 'auto', 'eager', 'compile' or 'triton'"):
+    with pytest.raises(nirbridge.ParameterError, match="use 'auto', 'eager', 'compile', 'triton' or 'cpu'"):
         backend_for("cuda")
-    assert BACKENDS == ("auto", "eager", "compile", "triton")
+    assert BACKENDS == ("auto", "eager", "compile", "triton", "cpu")
 
 
 @pytest.mark.parametrize("device", ["cpu", *(["cuda"] if torch.cuda.is_available() else [])])

@@ -7,6 +7,7 @@
 * :mod:`.compile`: each chunk as one ``torch.compile``'d function, time loops included;
 * :mod:`.triton`: the neuron scans as Triton kernels (CUDA; on the CPU under Triton's
   interpreter, for tests);
+* :mod:`.cpu`: the neuron scans as compiled CPU loops (numba);
 * :mod:`.precision`: full float32 inside every call unless ``"fast"`` is asked for.
 
 :func:`nirbridge.run` is the public face; :func:`backend_for` picks a back-end.
@@ -25,8 +26,8 @@ from ..errors import ParameterError
 
 __all__ = ["BACKENDS", "Backend", "backend_for"]
 
-Backend = Literal["auto", "eager", "compile", "triton"]
-BACKENDS: tuple[str, ...] = ("auto", "eager", "compile", "triton")
+Backend = Literal["auto", "eager", "compile", "triton", "cpu"]
+BACKENDS: tuple[str, ...] = ("auto", "eager", "compile", "triton", "cpu")
 
 
 def backend_for(backend: str, device: torch.device | str | None = None) -> str:
@@ -42,7 +43,7 @@ def backend_for(backend: str, device: torch.device | str | None = None) -> str:
     interpreter.
     """
     if backend not in BACKENDS:
-        raise ParameterError(f"run(backend={backend!r}): use 'auto', 'eager', 'compile' or 'triton'")
+        raise ParameterError(f"run(backend={backend!r}): use 'auto', 'eager', 'compile', 'triton' or 'cpu'")
     if backend != "auto":
         return backend
     if device is not None and torch.device(device).type == "cuda" and importlib.util.find_spec("triton"):

@@ -52,6 +52,7 @@ from ..neurons import modules as M
 from . import precision as _precision
 from . import selfcheck
 from .eager import eager_stepper, scan_neuron
+from .families import FAMILIES, FAMILY_OF, factors
 from .schedule import Level, Request
 
 __all__ = [
@@ -159,19 +160,6 @@ def give_up(error: Exception) -> None:
         CompileWarning,
         stacklevel=7,
     )
-
-
-def factors(module: M.Neuron, family: str, dummy: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """``(scale, a, b, r, leak)`` of a population, as the eager kernels compute them:
-    the input term is ``scale * x`` (``dt·r`` for I/IF, ``r`` for LI/LIF, ``w_in`` for
-    CubaLI/CubaLIF), the decay factors ``a = dt/τ`` (``dt/τ_syn`` and ``b = dt/τ_mem``
-    for the current-based ones); ``dummy`` where the family has no such operand."""
-    dt = module.dt
-    if family == "i":
-        return dt * module.r, dummy, dummy, dummy, dummy
-    if family == "li":
-        return module.r, dt / module.tau, dummy, dummy, module.v_leak
-    return module.w_in, dt / module.tau_syn, dt / module.tau_mem, module.r, module.v_leak
 
 
 def _scan(module: M.Neuron, family: str, x: torch.Tensor, state: Any, trace: bool) -> Any:
@@ -288,10 +276,6 @@ class _Scan(torch.autograd.Function):
         )  # fmt: skip
         grads = [None if scalar else g for scalar, g in zip(ctx.scalars, g_params)]
         return (g_pre, g_v0, g_i0 if ctx.family == 2 else None, *grads, None, None)
-
-
-FAMILY_OF = {M.I: "i", M.IF: "i", M.LI: "li", M.LIF: "li", M.CubaLI: "cuba", M.CubaLIF: "cuba"}
-FAMILIES = {"i": 0, "li": 1, "cuba": 2}
 
 
 if triton is not None:

@@ -1,0 +1,29 @@
+"""What the compiled back-ends (Triton, CPU) share about nirbridge's neuron families:
+which family a module is, and its operands as the eager kernels compute them."""
+
+from __future__ import annotations
+
+import torch
+
+from ..neurons import modules as M
+
+__all__ = ["FAMILIES", "FAMILY_OF", "factors"]
+
+FAMILY_OF = {M.I: "i", M.IF: "i", M.LI: "li", M.LIF: "li", M.CubaLI: "cuba", M.CubaLIF: "cuba"}
+"""The family of each neuron type: integrators, leaky integrators, current-based ones."""
+
+FAMILIES = {"i": 0, "li": 1, "cuba": 2}
+"""The families' numbers, as the kernels take them."""
+
+
+def factors(module: M.Neuron, family: str, dummy: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``(scale, a, b, r, leak)`` of a population, as the eager kernels compute them:
+    the input term is ``scale * x`` (``dt·r`` for I/IF, ``r`` for LI/LIF, ``w_in`` for
+    CubaLI/CubaLIF), the decay factors ``a = dt/τ`` (``dt/τ_syn`` and ``b = dt/τ_mem``
+    for the current-based ones); ``dummy`` where the family has no such operand."""
+    dt = module.dt
+    if family == "i":
+        return dt * module.r, dummy, dummy, dummy, dummy
+    if family == "li":
+        return module.r, dt / module.tau, dummy, dummy, module.v_leak
+    return module.w_in, dt / module.tau_syn, dt / module.tau_mem, module.r, module.v_leak

@@ -151,3 +151,68 @@ def test_without_numba_the_back_end_says_so():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
     )
     assert "run(backend='cpu'): numba is not installed (pip install numba" in done.stdout, done.stderr
+
+
+@pytest.fixture
+def loop_calls(monkeypatch):
+    """The compiled loop's calls in this test (one list entry each)."""
+    seen: list[int] = []
+    real = C._loop_scan
+
+    def counting(*args, **kwargs):
+        seen.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(C, "_loop_scan", counting)
+    return seen
+
+
+@pytest.mark.filterwarnings("ignore::nirbridge.SilentNetworkWarning")  # exactness, not activity
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("kind", ["IF", "LIF", "CubaLIF"])
+def test_small_loops_run_in_one_compiled_loop_and_equal_stepping(kind, bias, dtype, batch, rng, loop_calls):
+    """Over chunks of 3 (the layer's output carried across), from a state a first run
+    left: outputs, the recorded membrane and layer output, and the state, to the bit.
+    Where the CPU's own product does not sum the layer in the kernel's order (the
+    probe says so), the loop is stepped, with the same results."""
+    from tests.test_engine_triton_loop import loop_graph
+
+    gm = nirbridge.nir_to_torch(loop_graph(rng, kind, bias=bias), dt=1e-4, dtype=dtype)
+    x = torch.from_numpy(rng.uniform(-0.5, 1.5, (10, batch, 3))).to(dtype)
+    with torch.no_grad():
+        start = nirbridge.run(gm, x[:4]).state
+        compiled = nirbridge.run(gm, x, state=start, backend="cpu", chunk=3, record=["neuron.v", "w_rec"])
+        eager = nirbridge.run(gm, x, state=start, chunk=3, record=["neuron.v", "w_rec"])
+        state, outs = start, []
+        for x_t in x:
+            out, state = gm(x_t, state)
+            outs.append(out)
+    assert torch.equal(compiled.output, torch.stack(outs))
+    for key, value in eager.records.items():
+        assert torch.equal(compiled.records[key], value), key
+    assert all(torch.equal(a, b) for a, b in zip(_leaves(compiled.state), _leaves(state)))
+    assert 0 < compiled.records["neuron.v"].numel()
+    from nirbridge.engine import loops
+
+    in_order = loops.sums_in_order(gm.w_rec, batch, x)
+    assert (len(loop_calls) == 4) == in_order, (len(loop_calls), in_order)  # a call per chunk, or none
+
+
+def test_with_gradients_the_loop_is_stepped(rng, loop_calls):
+    from tests.test_engine_triton_loop import loop_graph
+
+    gm = nirbridge.nir_to_torch(loop_graph(rng, "LIF"), dt=1e-4)
+    x = torch.from_numpy(rng.uniform(-0.5, 1.5, (6, 4, 3))).float()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
+        result = nirbridge.run(gm, x, backend="cpu")
+    result.output.sum().backward()
+    assert not loop_calls and gm.w_rec.weight.grad is not None
+
+
+def _leaves(tree):
+    from torch.utils._pytree import tree_leaves
+
+    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import nirbridge
-from nirbridge.engine import selfcheck
+from nirbridge.engine import loops, selfcheck
 from nirbridge.engine import triton as T
 from nirbridge.engine import triton_loop as L
 from tests.conftest import EXAMPLES
@@ -183,13 +183,13 @@ def test_the_probe_tells_the_truth(n, bias, batch, dtype, device):
             w = (torch.randn(n, n, dtype=dtype, generator=generator) * scales).to(device)
             b = torch.randn(n, dtype=dtype, generator=generator).to(device) if bias else None
             z = (torch.rand(batch, n, generator=generator) < torch.rand(1, generator=generator)).to(like)
-            agreements.append(torch.equal(torch.nn.functional.linear(z, w, b), L._in_order(z, w, b)))
+            agreements.append(torch.equal(torch.nn.functional.linear(z, w, b), loops.in_order(z, w, b)))
     assert all(agreements) if verdict else not all(agreements)
 
 
 def test_fast_precision_skips_the_probe(rng, monkeypatch, launches):
     asked = []
-    monkeypatch.setattr(L, "sums_in_order", lambda *args: asked.append(args) or False)
+    monkeypatch.setattr(loops, "sums_in_order", lambda *args: asked.append(args) or False)
     gm = nirbridge.nir_to_torch(loop_graph(rng, "LIF"), dt=DT)
     x = torch.from_numpy(rng.uniform(-0.5, 1.5, (6, 4, 3))).float()
     with torch.no_grad():

@@ -1,4 +1,5 @@
-r"""The CPU back-end (``run(backend="cpu")``): neuron scans as compiled loops (numba).
+r"""The CPU back-end (``run(backend="cpu")``): neuron scans and small recurrent loops as
+compiled loops (numba).
 
 The schedule is the eager back-end's (:mod:`.eager`): stateless nodes over all
 ``Tc·B`` rows of a chunk, recurrent loops stepped together. Each of nirbridge's neuron
@@ -21,6 +22,12 @@ the same order, in the dtype of the module (float32 or float64), compiled withou
 fast-math, so no multiply-add is contracted into one rounding: outputs, records and
 states equal stepping bit for bit.
 
+A small loop ``neuron ⇄ linear`` (:mod:`.loops`: IF, LIF or CubaLIF and an ``n → n``
+layer fed back through a delayed edge) runs as one compiled loop per chunk that does
+each step's update and the matrix-vector product inside, summed over the inputs in
+index order with the bias last, where the probe :func:`.loops.sums_in_order` shows
+that the CPU's own product sums the layer so; it is stepped otherwise.
+
 Gradients (BPTT), other dtypes and populations whose parameters have another dtype than
 their input run as the eager back-end runs them.
 
@@ -41,11 +48,12 @@ import torch
 from ..errors import BackendUnavailableError
 from ..neurons import functional as F
 from ..neurons import modules as M
+from . import loops
 from .eager import eager_stepper, scan_neuron
 from .families import FAMILIES, FAMILY_OF, factors
-from .schedule import Level, Request
+from .schedule import Level, Recorded, Request
 
-__all__ = ["cpu_stepper", "scan", "unavailable"]
+__all__ = ["cpu_stepper", "run_loop", "scan", "unavailable"]
 
 try:
     import numba
@@ -65,12 +73,12 @@ def unavailable(device: torch.device) -> str | None:
 
 
 def cpu_stepper(module: torch.nn.Module, level: Level | None, request: Request) -> Any:
-    """The eager schedule with the neuron scans as compiled loops."""
+    """The eager schedule with the neuron scans, and small recurrent loops, as compiled loops."""
     device = next((t.device for t in (*module.parameters(), *module.buffers())), torch.device("cpu"))
     reason = unavailable(device)
     if reason is not None:
         raise BackendUnavailableError(f"run(backend='cpu'): {reason}. Use backend='eager'.")
-    return eager_stepper(module, level, request, scan)
+    return eager_stepper(module, level, request, scan, run_loop)
 
 
 def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
@@ -101,19 +109,19 @@ def _scan(module: M.Neuron, family: str, x: torch.Tensor, state: Any, trace: boo
     spiking = isinstance(module, (M.IF, M.LIF, M.CubaLIF))
     threshold = module.v_threshold if spiking else dummy
     reset = module.v_reset if spiking else dummy
-    pre = (scale * x).expand(steps, *shape).reshape(steps, -1).contiguous()
-    v = state.v.expand(shape).reshape(-1).clone()
-    i = state.i.expand(shape).reshape(-1).clone() if cuba else v
+    pre = (scale * x).detach().expand(steps, *shape).reshape(steps, -1).contiguous()
+    v = state.v.detach().expand(shape).reshape(-1).clone()
+    i = state.i.detach().expand(shape).reshape(-1).clone() if cuba else v
 
     def flat(t: torch.Tensor) -> np.ndarray:
-        return (v if t is dummy else t.expand(shape).reshape(-1).contiguous()).numpy()
+        return (v if t is dummy else t.detach().expand(shape).reshape(-1).contiguous()).numpy()
 
     out = torch.empty_like(pre)
     trace_v = torch.empty_like(pre) if trace else out
     trace_i = torch.empty_like(pre) if trace and cuba else trace_v
-    one, zero = (np.float32(1), np.float32(0)) if x.dtype == torch.float32 else (np.float64(1), np.float64(0))
+    one, zero = _one_zero(x.dtype)
     with torch.no_grad():
-        _kernel()(
+        _kernel("scan")(
             pre.numpy(), v.numpy(), i.numpy(), flat(a), flat(b), flat(r), flat(leak), flat(threshold),
             flat(reset), out.numpy(), trace_v.numpy(), trace_i.numpy(),
             FAMILIES[family], spiking, trace, one, zero,
@@ -136,18 +144,85 @@ OPTIONS: dict[str, Any] = {
 }
 """numba's options: cached on disk, and no fast-math (no contraction, no reassociation)."""
 
-_COMPILED: list[Any] = []
+_COMPILED: dict[str, Any] = {}
 
 
-def _kernel() -> Any:
-    """The compiled scan, built (or loaded from numba's cache) on first use."""
-    if not _COMPILED:
-        _COMPILED.append(
-            numba.njit(cache=True, fastmath=False, nogil=True, boundscheck=False, error_model="numpy")(
-                _scan_loop
-            )
-        )
-    return _COMPILED[0]
+def _kernel(name: str) -> Any:
+    """The compiled ``"scan"`` or ``"loop"``, built (or loaded from numba's cache) on
+    first use."""
+    if name not in _COMPILED:
+        _COMPILED[name] = numba.njit(**OPTIONS)(_scan_loop if name == "scan" else _loop_loop)
+    return _COMPILED[name]
+
+
+def _one_zero(dtype: torch.dtype) -> tuple[Any, Any]:
+    """1 and 0 in ``dtype``, so that no operation of a kernel widens to float64."""
+    kind = np.float32 if dtype == torch.float32 else np.float64
+    return kind(1), kind(0)
+
+
+def run_loop(
+    level: Level,
+    members: list[str],
+    values: dict[str, Any],
+    nodes: dict[str, Any],
+    delayed: dict[str, Any],
+    request: Request,
+    recorded: Recorded,
+) -> bool:
+    """A small ``neuron ⇄ linear`` loop over the chunk in one compiled loop
+    (:func:`.loops.run_loop`: where the CPU's matrix product sums the layer in the
+    kernel's order, without gradients); ``False`` (stepped) otherwise."""
+    if members and level.modules.get(members[0]) is not None:
+        dtype = next((t.dtype for t in level.modules[members[0]].buffers()), None)
+        if dtype not in _DTYPES:
+            return False
+    return loops.run_loop(level, members, values, nodes, delayed, request, recorded, _loop_scan)
+
+
+def _loop_scan(
+    neuron: M.Neuron,
+    family: str,
+    layer: torch.nn.Linear,
+    ext: torch.Tensor,
+    state: Any,
+    previous: torch.Tensor | None,
+    trace: bool,
+) -> tuple[torch.Tensor, ...]:
+    """``(spikes, layer outputs, v, i, trace_v, trace_i)`` of the loop over the chunk
+    ``ext`` ``[T, B, n]``: the operands as :func:`.loops.operands` forms them, the
+    layer's weight transposed (``[in, out]``, contiguous: the inner sum runs along
+    memory), then one call."""
+    batch, n = ext.shape[1:]
+    cuba = family == "cuba"
+    dummy = ext.new_zeros(())
+    with torch.no_grad():
+        operands = loops.operands(neuron, family, batch, n, dummy)
+        v = state.v.detach().expand(batch, n).contiguous().clone()
+        i = state.i.detach().expand(batch, n).contiguous().clone() if cuba else v
+        out, rec = torch.empty_like(ext), torch.empty_like(ext)
+        trace_v = torch.empty_like(ext) if trace else out
+        trace_i = torch.empty_like(ext) if trace and cuba else trace_v
+        weight = layer.weight.detach().t().contiguous()
+        bias = layer.bias.detach() if layer.bias is not None else weight[0]
+        start = previous.detach().contiguous() if previous is not None else v
+        one, zero = _one_zero(ext.dtype)
+        _kernel("loop")(
+            ext.detach().contiguous().numpy(), v.numpy(), i.numpy(),
+            *(v.numpy() if t is dummy else t.numpy() for t in operands),
+            weight.numpy(), bias.numpy(), layer.bias is not None, start.numpy(), previous is not None,
+            out.numpy(), rec.numpy(), trace_v.numpy(), trace_i.numpy(),
+            FAMILIES[family], trace, one, zero,
+        )  # fmt: skip
+    placeholder = ext.new_zeros(())
+    return (
+        out,
+        rec,
+        v,
+        i if cuba else placeholder,
+        trace_v if trace else placeholder,
+        trace_i if trace and cuba else placeholder,
+    )
 
 
 def _scan_loop(
@@ -183,3 +258,72 @@ def _scan_loop(
             v[j] = vj
             if trace:
                 trace_v[t, j] = vj
+
+
+def _loop_loop(
+    ext,
+    v,
+    i,
+    scale,
+    a,
+    b,
+    r,
+    leak,
+    threshold,
+    reset,
+    wt,
+    bias,
+    has_bias,
+    previous,
+    has_previous,
+    out,
+    rec,
+    trace_v,
+    trace_i,
+    family,
+    trace,
+    one,
+    zero,
+):  # type: ignore[no-untyped-def]
+    """Over ``T`` steps and ``B`` rows of ``n`` neurons (``ext``, ``out``, ``rec``,
+    traces ``[T, B, n]``; state and operands ``[B, n]``; ``wt`` the layer's weight
+    ``[in, out]``): ``x = e_t + y_{t-1}`` (``previous`` at the chunk's first step
+    where there is one), the family's update on ``scale x`` and the reset as in
+    :func:`_scan_loop`, then ``y_t = sum_k z_k wt[k] + bias``, summed over the inputs
+    in index order from 0, the bias last."""
+    steps, batch, n = ext.shape
+    total = np.empty(n, dtype=v.dtype)
+    for t in range(steps):
+        for row in range(batch):
+            for j in range(n):
+                x = ext[t, row, j]
+                if t > 0:
+                    x = x + rec[t - 1, row, j]
+                elif has_previous:
+                    x = x + previous[row, j]
+                p = scale[row, j] * x
+                vj = v[row, j]
+                if family == 0:
+                    vj = vj + p
+                elif family == 1:
+                    vj = vj + a[row, j] * ((leak[row, j] - vj) + p)
+                else:
+                    ij = i[row, j] + (p - i[row, j]) * a[row, j]
+                    i[row, j] = ij
+                    vj = vj + ((leak[row, j] - vj) + ij * r[row, j]) * b[row, j]
+                    if trace:
+                        trace_i[t, row, j] = ij
+                z = one if vj > threshold[row, j] else zero
+                out[t, row, j] = z
+                vj = (one - z) * vj + z * reset[row, j]
+                v[row, j] = vj
+                if trace:
+                    trace_v[t, row, j] = vj
+            for j in range(n):
+                total[j] = zero
+            for k in range(n):
+                zk = out[t, row, k]
+                for j in range(n):
+                    total[j] = total[j] + zk * wt[k, j]
+            for j in range(n):
+                rec[t, row, j] = total[j] + bias[j] if has_bias else total[j]

@@ -325,12 +325,12 @@ def _loops(
 def _stepped_loop(neuron: Any, layer: torch.nn.Linear, ext: torch.Tensor, state: Any) -> tuple[Any, ...]:
     """The loop stepped in torch: ``x_t = e_t + y_{t-1}``, the neuron's step, ``y_t``
     summed as the kernel sums it (inputs in index order, the bias last)."""
-    from . import triton_loop as L
+    from .loops import in_order
 
     spikes, outputs, previous = [], [], None
     for t in range(ext.shape[0]):
         z, state = neuron(ext[t] + previous if previous is not None else ext[t], state)
-        previous = L._in_order(z, layer.weight, layer.bias)
+        previous = in_order(z, layer.weight, layer.bias)
         spikes.append(z)
         outputs.append(previous)
     return torch.stack(spikes), torch.stack(outputs), state

@@ -41,24 +41,18 @@ from typing import Any
 
 import torch
 
-from ..neurons import functional as F
 from ..neurons import modules as M
+from . import loops
 from . import precision as _precision
-from .eager import record_traces
-from .schedule import Level, Recorded, Request, node_input
-from .triton import FAMILIES, FAMILY_OF, CompilationError, OutOfResources, factors, give_up, triton
+from .loops import PROBES, WIDEST, operands, sums_in_order
+from .schedule import Level, Recorded, Request
+from .triton import FAMILIES, CompilationError, OutOfResources, give_up, triton
 from .triton import _failed as failed
 
 __all__ = ["PROBES", "WIDEST", "operands", "run_loop", "sums_in_order"]
 
-WIDEST = 128
-"""The widest loop (neurons) that runs as one kernel; its weights stay in the cache."""
-
-PROBES = 32
-"""Calls of the device's matrix product that :func:`sums_in_order` compares."""
 
 _TILE = 1024  # batch rows x neurons per program (a power of two)
-_ORDER: dict[tuple[Any, ...], bool] = {}  # probe results: does the device sum like the kernel?
 
 
 def run_loop(
@@ -70,120 +64,26 @@ def run_loop(
     request: Request,
     recorded: Recorded,
 ) -> bool:
-    """Run the loop ``members`` over the chunk in one kernel, filling ``values``,
-    ``nodes``, ``delayed`` and ``recorded`` as stepping would; ``False`` (nothing
-    done) where it is not a loop this kernel runs exactly."""
-    found = _shape_of_loop(level, members)
-    if found is None or failed:
+    """Run the loop ``members`` over the chunk in one kernel (:func:`.loops.run_loop`
+    with this back-end's kernels), filling ``values``, ``nodes``, ``delayed`` and
+    ``recorded`` as stepping would; ``False`` (nothing done) where it is not a loop
+    this kernel runs exactly, or Triton could not build it."""
+    if failed:
         return False
-    name, layer_name = found
-    neuron, layer = level.modules[name], level.modules[layer_name]
-    family = FAMILY_OF[type(neuron)]
-    direct = [values[s] for s, late in level.incoming[name] if not late]
-    ext = node_input(direct).contiguous()
-    previous, state = delayed.get(layer_name), nodes.get(name)
-    tensors = [ext, layer.weight, layer.bias, previous, *(getattr(neuron, p) for p in neuron.params)]
-    tensors += list(state) if state is not None else []
-    if ext.dim() != 3 or any(t.dtype != ext.dtype for t in tensors if isinstance(t, torch.Tensor)):
-        return False
-    batch, n = ext.shape[1:]
-    square = layer.in_features == n == layer.out_features
-    if not (n <= WIDEST and square) or neuron._shape(ext[0]) != (batch, n):
-        return False
-    if previous is not None and tuple(previous.shape) != (batch, n):
-        return False
-    if not _precision.contract() and not sums_in_order(layer, batch, ext):
-        return False
-    if state is None:
-        state = neuron.initial_state(ext[0])
-    wanted = request.wanted(name)
-    scan = _scan_loop
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
-        from .triton_loop_grad import scan_loop as scan  # BPTT: this kernel, then its reverse
-
     try:
-        out, rec, v, i, trace_v, trace_i = scan(
-            neuron, family, layer, ext, state, previous, wanted is not False
+        return loops.run_loop(
+            level, members, values, nodes, delayed, request, recorded, _scan_loop, _scan_loop_grad
         )
     except (CompilationError, OutOfResources) as error:
         give_up(error)
         return False
-    cuba = family == "cuba"
-    new_state = F.CubaLIState(i, v) if cuba else F.IState(v)
-    values[name], values[layer_name] = out, rec
-    nodes[name], delayed[layer_name] = new_state, rec[-1].clone()
-    for member in (name, layer_name):
-        if member in request.outputs:
-            recorded[(level.prefix + member, None)] = values[member]
-    if wanted is not False:
-        traces = {"i": trace_i, "v": trace_v} if cuba else {"v": trace_v}
-        record_traces(level, name, neuron, new_state, traces, request, recorded)
-    return True
 
 
-def _shape_of_loop(level: Level, members: list[str]) -> tuple[str, str] | None:
-    """``(neuron, layer)`` where ``members`` is a loop this kernel runs: a spiking
-    population fed by nodes outside the loop and, through one delayed edge, by a
-    Linear/Affine layer that reads only the population."""
-    if len(members) != 2 or any(m in level.children for m in members):
-        return None
-    name, layer_name = members
-    neuron, layer = level.modules[name], level.modules[layer_name]
-    if not isinstance(neuron, (M.IF, M.LIF, M.CubaLIF)) or type(layer) is not torch.nn.Linear:
-        return None
-    incoming = level.incoming[name]
-    direct = [s for s, late in incoming if not late]
-    if [s for s, late in incoming if late] != [layer_name] or not direct or set(direct) & set(members):
-        return None
-    if level.incoming[layer_name] != [(name, False)]:
-        return None
-    return name, layer_name
+def _scan_loop_grad(*args: Any) -> tuple[torch.Tensor, ...]:
+    """BPTT: this kernel, then its reverse (:mod:`.triton_loop_grad`)."""
+    from .triton_loop_grad import scan_loop
 
-
-def sums_in_order(layer: torch.nn.Linear, batch: int, like: torch.Tensor) -> bool:
-    """Whether the device's matrix product sums ``layer`` over ``batch`` rows of spikes
-    on ``like``'s device and dtype as the loop kernel does (inputs in index order, bias
-    last). Probed once per device, dtype, batch size, shape and bias with
-    :data:`PROBES` calls of the same torch function on random weights (full-precision
-    mantissas over a wide range of magnitudes, so that any other order shows in the
-    rounding) and spike patterns of every density, against the sum in that order."""
-    weight, bias = layer.weight, layer.bias
-    if not weight.is_contiguous():
-        return False
-    key = (like.device, like.dtype, batch, tuple(weight.shape), bias is not None)
-    if key not in _ORDER:
-        generator = torch.Generator().manual_seed(0)
-        options = {"dtype": like.dtype, "generator": generator}
-        rows, columns = weight.shape
-        scales = torch.exp2(torch.randint(-6, 7, (rows, columns), generator=generator)).to(like.dtype)
-        w = (torch.randn(rows, columns, **options) * scales).to(like.device)
-        b = torch.randn(rows, **options).to(like.device) if bias is not None else None
-        density = torch.linspace(0.05, 0.95, PROBES, dtype=torch.float64).view(PROBES, 1, 1)
-        z = (torch.rand(PROBES, batch, columns, generator=generator, dtype=torch.float64) < density).to(like)
-        with torch.no_grad():
-            got = torch.stack([torch.nn.functional.linear(pattern, w, b) for pattern in z])
-            _ORDER[key] = torch.equal(got, _in_order(z, w, b))
-    return _ORDER[key]
-
-
-def _in_order(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``z @ weight.T + bias`` (``z`` ``[..., in]``) summed as the kernel sums it: over
-    the inputs in index order from zero, the bias last (separate torch operations: no
-    fused multiply-adds)."""
-    total = z.new_zeros(*z.shape[:-1], weight.shape[0])
-    for k in range(weight.shape[1]):
-        total = total + z[..., k : k + 1] * weight[:, k]
-    return total + bias if bias is not None else total
-
-
-def operands(neuron: M.Neuron, family: str, batch: int, n: int, dummy: torch.Tensor) -> list[torch.Tensor]:
-    """``[scale, a, b, r, leak, threshold, reset]`` of ``neuron`` as the kernels read
-    them (:func:`.triton.factors`, then the threshold and the reset), each expanded to
-    a contiguous ``[batch, n]``; ``dummy`` where the family has no such operand."""
-    return [
-        t if t is dummy else t.expand(batch, n).contiguous()
-        for t in (*factors(neuron, family, dummy), neuron.v_threshold, neuron.v_reset)
-    ]
+    return scan_loop(*args)
 
 
 def _scan_loop(

@@ -433,7 +433,7 @@ def test_unknown_records_and_bad_arguments(gm):
         nirbridge.run(gm, torch.zeros(3, 2, 3), dt=1e-3)
     with pytest.raises(nirbridge.InputError, match="run expects"):
         nirbridge.run(object(), torch.zeros(3, 2, 3))
-    with pytest.raises(nirbridge.ParameterError, match="'auto', 'eager', 'compile' or 'triton'"):
+    with pytest.raises(nirbridge.ParameterError, match="'auto', 'eager', 'compile', 'triton' or 'cpu'"):
         nirbridge.run(gm, torch.zeros(3, 2, 3), backend="jit")
     with pytest.raises(nirbridge.ParameterError, match="compile=True is backend='compile'"):
         nirbridge.run(gm, torch.zeros(3, 2, 3), compile=True, backend="eager")

@@ -173,9 +173,10 @@ def run_loop(
     """A small ``neuron ⇄ linear`` loop over the chunk in one compiled loop
     (:func:`.loops.run_loop`: where the CPU's matrix product sums the layer in the
     kernel's order, without gradients); ``False`` (stepped) otherwise."""
-    if members and level.modules.get(members[0]) is not None:
-        dtype = next((t.dtype for t in level.modules[members[0]].buffers()), None)
-        if dtype not in _DTYPES:
+    neuron = level.modules.get(members[0]) if members else None
+    if neuron is not None:  # numba takes float32 and float64 arrays
+        tensors = (*neuron.parameters(), *neuron.buffers())
+        if next((t.dtype for t in tensors if t.is_floating_point()), None) not in _DTYPES:
             return False
     return loops.run_loop(level, members, values, nodes, delayed, request, recorded, _loop_scan)
 

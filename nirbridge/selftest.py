@@ -9,7 +9,7 @@ check ``{"name", "ok", "detail"}``:
   imported);
 * ``graph <name> <backend>``: three networks (dense LIF layers; the Braille SRNN's
   shape, a recurrent CubaLIF layer; a convolutional IF network) through every back-end
-  that runs on the device (eager, compile, triton), against stepping the module:
+  that runs on the device (eager, compile, triton, cpu), against stepping the module:
   exact means every output and state value equal to the bit;
 * ``loop probe``: whether the device's matrix product sums the SRNN's recurrent layer
   as the loop kernel does (then the loop runs in one kernel, else it is stepped); a
@@ -78,7 +78,7 @@ def selftest(device: str = "cpu", quick: bool = False) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
         for name, build in _GRAPHS.items():
-            for backend in ("eager", "compile", "triton"):
+            for backend in ("eager", "compile", "triton", "cpu"):
                 if backend in backends:
                     add(f"graph {name} {backend}", lambda b=build, k=backend: _graph(b(), k, where))
                 else:
@@ -114,7 +114,8 @@ def render(report: dict[str, Any]) -> str:
 
 def _backends(device: torch.device) -> list[str]:
     """The back-ends that run on ``device``: eager always; compile where torch.compile
-    does; triton on CUDA, and on the CPU under Triton's interpreter."""
+    does; triton on CUDA, and on the CPU under Triton's interpreter; cpu (numba) on the
+    CPU where numba is installed."""
     from nirbridge.engine import triton as T
 
     found = ["eager"]
@@ -122,6 +123,10 @@ def _backends(device: torch.device) -> list[str]:
         found.append("compile")
     if T.unavailable(device) is None:
         found.append("triton")
+    from nirbridge.engine import cpu
+
+    if cpu.unavailable(device) is None:
+        found.append("cpu")
     return found
 
 

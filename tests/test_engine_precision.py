@@ -121,6 +121,33 @@ def test_a_policy_holds_in_its_own_thread_only():
     assert P.active() is None
 
 
+def test_interleaved_policies_of_two_tasks_leave_the_settings_as_they_were(user_flags):
+    """torch's settings are the process's: task A enters "fast", task B "exact", A
+    leaves first, then B. B's exit used to put back what it found (A's TF32), which
+    then stayed on for everything after."""
+    import asyncio
+
+    async def hold(mode, entered, release):
+        with nirbridge.precision(mode):
+            entered.set()
+            await release.wait()
+
+    async def interleave():
+        a_in, b_in, a_out, b_out = (asyncio.Event() for _ in range(4))
+        a = asyncio.create_task(hold("fast", a_in, a_out))
+        await a_in.wait()
+        b = asyncio.create_task(hold("exact", b_in, b_out))
+        await b_in.wait()
+        a_out.set()
+        await a
+        assert P.active() is None  # this task entered nothing
+        b_out.set()
+        await b
+
+    asyncio.run(interleave())
+    assert settings() == user_flags
+
+
 def test_the_flags_are_restored_when_the_call_raises(user_flags):
     gm = build(fail=True)
     with pytest.raises(RuntimeError, match="inside the call"):

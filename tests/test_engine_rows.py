@@ -127,3 +127,19 @@ def test_small_chunks_of_small_layers_equal_stepping_whatever_the_weights():
         with torch.no_grad(), nirbridge.precision("exact"):
             got = rows.time_batched(layer, x)
         assert torch.equal(got, stepped(layer, x)), rows.way(layer, x)
+
+
+def test_a_layer_that_agrees_by_its_weights_decides_nothing_for_another():
+    """An identity 256 -> 256 layer sums the same whatever the order; probed first, it
+    used to decide "flat" for a dense layer of its shape, which then differed from
+    stepping. The probe runs on random weights, so the verdict holds for both."""
+    identity = torch.nn.Linear(256, 256)
+    with torch.no_grad():
+        identity.weight.copy_(torch.eye(256))
+        identity.bias.zero_()
+    dense = torch.nn.Linear(256, 256)
+    x = torch.randn(40, 8, 256, generator=torch.Generator().manual_seed(4))
+    rows._WAYS.clear()
+    with torch.no_grad(), nirbridge.precision("exact"):
+        assert torch.equal(rows.time_batched(identity, x), stepped(identity, x))
+        assert torch.equal(rows.time_batched(dense, x), stepped(dense, x))

@@ -101,3 +101,16 @@ def test_fast_precision_compares_within_a_tolerance():
     with nirbridge.precision("fast"):
         assert selfcheck.passed("scan", torch.device("cpu"), torch.float32)
     assert [v.exact for v in selfcheck.verdicts()] == [False]
+
+
+def test_a_run_with_gradients_checks_the_reverse_kernels_it_uses():
+    """An input that requires a gradient through the Braille SRNN: the loop's and the
+    scans' reverse kernels are checked before they run, as the forward ones are."""
+    gm = nirbridge.nir_to_torch(BRAILLE, dt=1e-4)
+    x = spikes().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
+        result = nirbridge.run(gm, x, backend="triton")
+    result.output.sum().backward()
+    assert {v.family for v in result.selfcheck} == {"loop", "loop backward", "scan", "scan backward"}
+    assert all(v.ok for v in result.selfcheck) and x.grad is not None

@@ -325,6 +325,7 @@ def test_a_neuron_built_by_hand_refuses_what_nir_to_torch_refuses(field, value):
         (nirbridge.neurons.I(), "IState\\(v\\)"),
         (nirbridge.neurons.LIF(tau=1e-2), "IState\\(v\\)"),
         (nirbridge.neurons.CubaLIF(tau_syn=1e-2, tau_mem=1e-2), "CubaLIState\\(i, v\\)"),
+        (nirbridge.neurons.Delay(delay=3e-4, dt=1e-4), "DelayState\\(history\\)"),
     ],
 )
 def test_a_state_of_another_form_is_named(neuron, fields):

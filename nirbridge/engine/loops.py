@@ -18,7 +18,7 @@ from .eager import record_traces
 from .families import FAMILY_OF, factors
 from .schedule import Level, Recorded, Request, node_input
 
-__all__ = ["PROBES", "WIDEST", "in_order", "operands", "run_loop", "sums_in_order"]
+__all__ = ["PROBES", "WIDEST", "Stepped", "in_order", "operands", "run_loop", "sums_in_order"]
 
 WIDEST = 128
 """The widest loop (neurons) that runs as one kernel; its weights stay in the cache."""
@@ -27,6 +27,13 @@ PROBES = 32
 """Calls of the device's matrix product that :func:`sums_in_order` compares."""
 
 LoopScan = Callable[..., tuple[torch.Tensor, ...]]
+
+
+class Stepped(Exception):
+    """Raised by a kernel that declines the chunk (its self-check failed, say): the
+    loop is stepped, as where no kernel fits."""
+
+
 _ORDER: dict[tuple[Any, ...], bool] = {}  # probe results: does the device sum like the kernel?
 
 
@@ -76,7 +83,12 @@ def run_loop(
         if grad_scan is None:
             return False  # BPTT: stepped
         scan = grad_scan
-    out, rec, v, i, trace_v, trace_i = scan(neuron, family, layer, ext, state, previous, wanted is not False)
+    try:
+        out, rec, v, i, trace_v, trace_i = scan(
+            neuron, family, layer, ext, state, previous, wanted is not False
+        )
+    except Stepped:
+        return False
     cuba = family == "cuba"
     new_state = F.CubaLIState(i, v) if cuba else F.IState(v)
     values[name], values[layer_name] = out, rec

@@ -26,6 +26,7 @@ flags are as they were after the call, also when it raises.
 from __future__ import annotations
 
 import contextvars
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
@@ -112,7 +113,25 @@ def precision(mode: Precision = "exact", device: str | torch.device | None = Non
         leave(token)
 
 
-def enter(mode: str, device: str | torch.device | None = None) -> list[tuple[str, ...]] | None:
+class _Entry:
+    """One policy put in force: what restores torch's settings, and the context
+    variable's token."""
+
+    __slots__ = ("saved", "token")
+
+    def __init__(self, saved: list[tuple[str, ...]], token: contextvars.Token[str | None]) -> None:
+        self.saved = saved
+        self.token = token
+
+
+# torch's settings are the process's, while a policy is per thread (and asyncio task):
+# the policies in force, oldest first, so that one left while a newer one is still in
+# force hands what it saved to the newer one instead of restoring under it
+_ENTERED: list[_Entry] = []
+_LOCK = threading.Lock()
+
+
+def enter(mode: str, device: str | torch.device | None = None) -> _Entry | None:
     """Put ``mode`` in force unless a policy already is (then ``None``); pass what it
     returns to :func:`leave`. The context manager :func:`precision` in two calls, for
     the modules' per-step path."""
@@ -124,17 +143,40 @@ def enter(mode: str, device: str | torch.device | None = None) -> list[tuple[str
         kinds = (device,)
     else:
         kinds = (_kind(device),)
-    saved = _apply(mode, kinds)
-    MODE.set(mode)
-    return saved
+    with _LOCK:
+        entry = _Entry(_apply(mode, kinds), MODE.set(mode))
+        _ENTERED.append(entry)
+    return entry
 
 
-def leave(token: list[tuple[str, ...]] | None) -> None:
-    """Undo :func:`enter`."""
-    if token is None:
+def leave(entry: _Entry | None) -> None:
+    """Undo :func:`enter`: torch's settings as they were before it, unless a policy
+    entered after it (another thread's or task's) is still in force; that one then
+    restores them when it leaves."""
+    if entry is None:
         return
-    MODE.set(None)
-    _restore(token)
+    try:
+        MODE.reset(entry.token)
+    except ValueError:  # left in another context than it was entered in
+        MODE.set(None)
+    with _LOCK:
+        index = next((k for k, e in enumerate(_ENTERED) if e is entry), None)
+        if index is None:
+            return
+        del _ENTERED[index]
+        if index == len(_ENTERED):  # the newest: restore
+            _restore(entry.saved)
+            return
+        newer = _ENTERED[index]  # what it saved is older than what the newer one saved
+        merged = {_setting(item): item for item in newer.saved}
+        merged.update({_setting(item): item for item in entry.saved})
+        newer.saved = list(merged.values())
+
+
+def _setting(item: tuple[str, ...]) -> tuple[str, ...]:
+    """Which setting a saved item restores: ``("legacy",)``, ``("cudnn",)`` or
+    ``("op", backend, op)``."""
+    return item[:-1]
 
 
 def _kind(device: str | torch.device) -> str:

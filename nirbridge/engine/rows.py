@@ -21,6 +21,7 @@ Under ``"fast"`` the chunk always runs as one call.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -75,12 +76,16 @@ _PROBE_VALUES = 4096  # input values a probe compares at least, over several dra
 
 def _probe(module: torch.nn.Module, x: torch.Tensor) -> str:
     """The first way that gives stepping's bits on random rows: normal values spread
-    over 13 octaves, and 0/1 spikes. Whether two kernels agree depends on the values
-    (a fused multiply-add rounds once where a multiply and an add round twice), so a
-    small chunk is probed with several draws, at least :data:`_PROBE_VALUES` values in
-    all (at most 16 draws): one draw of a 2-feature, 6-row chunk passed a layer that
-    differed from stepping in the last bit on other values."""
+    over 13 octaves, and 0/1 spikes, through a copy of the layer with random weights
+    (the verdict holds for every layer of the key: an identity matrix would agree
+    whatever the summation order, and another layer of its shape would not). Whether
+    two kernels agree depends on the values (a fused multiply-add rounds once where a
+    multiply and an add round twice), so a small chunk is probed with several draws, at
+    least :data:`_PROBE_VALUES` values in all (at most 16 draws): one draw of a
+    2-feature, 6-row chunk passed a layer that differed from stepping in the last bit
+    on other values."""
     generator = torch.Generator(device=x.device).manual_seed(0)
+    module = _with_random_weights(module, generator)
     draws = max(1, min(16, -(-_PROBE_VALUES // max(1, x.numel()))))
     with torch.no_grad():
         probes = []
@@ -96,6 +101,24 @@ def _probe(module: torch.nn.Module, x: torch.Tensor) -> str:
         if _can_batch(module, x) and all(torch.equal(_batched(module, p), s) for p, s in pairs):
             return "batched"
     return "steps"
+
+
+def _with_random_weights(module: torch.nn.Module, generator: torch.Generator) -> torch.nn.Module:
+    """A copy of ``module`` whose floating parameters are random normal values spread
+    over 13 octaves (its buffers as they are); ``module`` itself where it cannot be
+    copied."""
+    try:
+        copied = copy.deepcopy(module)
+    except Exception:  # noqa: BLE001 - a layer that cannot be copied is probed as it is
+        return module
+    with torch.no_grad():
+        for parameter in copied.parameters():
+            if parameter.is_floating_point() and parameter.numel():
+                shape, device = parameter.shape, parameter.device
+                octaves = torch.randint(-6, 7, shape, generator=generator, device=device).to(parameter.dtype)
+                normal = torch.randn(shape, generator=generator, device=device, dtype=parameter.dtype)
+                parameter.copy_(normal * torch.exp2(octaves))
+    return copied
 
 
 def rows_independent(module: torch.nn.Module, x: torch.Tensor) -> bool:

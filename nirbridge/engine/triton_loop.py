@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from ..neurons import modules as M
-from . import loops
+from . import loops, selfcheck
 from . import precision as _precision
 from .loops import PROBES, WIDEST, operands, sums_in_order
 from .schedule import Level, Recorded, Request
@@ -72,18 +72,24 @@ def run_loop(
         return False
     try:
         return loops.run_loop(
-            level, members, values, nodes, delayed, request, recorded, _scan_loop, _scan_loop_grad
+            level, members, values, nodes, delayed, request, recorded, _scan_loop, _checked_grad
         )
     except (CompilationError, OutOfResources) as error:
         give_up(error)
         return False
 
 
-def _scan_loop_grad(*args: Any) -> tuple[torch.Tensor, ...]:
-    """BPTT: this kernel, then its reverse (:mod:`.triton_loop_grad`)."""
+def _checked_grad(
+    neuron: M.Neuron, family: str, layer: torch.nn.Linear, ext: torch.Tensor, *rest: Any
+) -> Any:
+    """BPTT: this kernel, then its reverse (:mod:`.triton_loop_grad`), where the reverse
+    kernel passed its self-check on this device and dtype; the loop stepped through
+    autograd otherwise (:class:`.loops.Stepped`)."""
+    if not selfcheck.passed("loop backward", ext.device, ext.dtype):
+        raise loops.Stepped
     from .triton_loop_grad import scan_loop
 
-    return scan_loop(*args)
+    return scan_loop(neuron, family, layer, ext, *rest)
 
 
 def _scan_loop(

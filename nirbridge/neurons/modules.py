@@ -181,6 +181,18 @@ def check_dt(dt: Any, owner: str = "dt") -> float:
     return value
 
 
+def _refuse_state(module: torch.nn.Module, state: Any, error: Exception) -> None:
+    """Raise :class:`StateError` where a step of ``module`` (a neuron or a Delay) failed
+    on a ``state`` that is not its state type (a step's own failure is left as it is)."""
+    kind = getattr(type(module), "state_type", None)
+    if kind is not None and not isinstance(state, kind):
+        raise StateError(
+            f"{type(module).__name__}: the state is of type {type(state).__name__}; pass the "
+            f"{kind.__name__}({', '.join(kind._fields)}) the previous call returned, or None "
+            "to start from the initial state"
+        ) from error
+
+
 class Neuron(torch.nn.Module):
     """What nirbridge's neuron modules share: parameter buffers, dt, broadcast shapes,
     the initial state, and :meth:`scan` / :meth:`kernel` for running many steps."""
@@ -363,17 +375,6 @@ class Neuron(torch.nn.Module):
         """The state before the first step, for one step's input ``x`` ``[B, ...]``."""
         raise NotImplementedError
 
-    def _refuse_state(self, state: Any, error: Exception) -> None:
-        """Raise :class:`StateError` where a step failed on a ``state`` that is not this
-        neuron's state type (a step's own failure is left as it is)."""
-        kind = getattr(type(self), "state_type", None)
-        if kind is not None and not isinstance(state, kind):
-            raise StateError(
-                f"{type(self).__name__}: the state is of type {type(state).__name__}; pass the "
-                f"{kind.__name__}({', '.join(kind._fields)}) the previous call returned, or None "
-                "to start from the initial state"
-            ) from error
-
     def kernel(self, state: Any, x: torch.Tensor) -> S.Kernel:
         """An in-place stepper (:mod:`nirbridge.engine.kernels`) starting from ``state``,
         for inputs like ``x`` ``[B, ...]``."""
@@ -430,7 +431,7 @@ class I(Neuron):  # noqa: E742
         try:
             return F.i_step(x, state, self.r, self.dt)
         except (AttributeError, TypeError, ValueError) as error:
-            self._refuse_state(state, error)
+            _refuse_state(self, state, error)
             raise
 
 
@@ -466,7 +467,7 @@ class LI(Neuron):
         try:
             return F.li_step(x, state, self.tau, self.r, self.v_leak, self.dt)
         except (AttributeError, TypeError, ValueError) as error:
-            self._refuse_state(state, error)
+            _refuse_state(self, state, error)
             raise
 
 
@@ -507,7 +508,7 @@ class IF(Neuron):
         try:
             return F.if_step(x, state, self.r, self.v_threshold, self.v_reset, self.dt)
         except (AttributeError, TypeError, ValueError) as error:
-            self._refuse_state(state, error)
+            _refuse_state(self, state, error)
             raise
 
 
@@ -557,7 +558,7 @@ class LIF(Neuron):
                 x, state, self.tau, self.r, self.v_leak, self.v_threshold, self.v_reset, self.dt
             )
         except (AttributeError, TypeError, ValueError) as error:
-            self._refuse_state(state, error)
+            _refuse_state(self, state, error)
             raise
 
 
@@ -611,7 +612,7 @@ class CubaLI(Neuron):
                 x, state, self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in, self.dt
             )
         except (AttributeError, TypeError, ValueError) as error:
-            self._refuse_state(state, error)
+            _refuse_state(self, state, error)
             raise
 
 
@@ -686,7 +687,7 @@ class CubaLIF(Neuron):
                 self.dt,
             )
         except (AttributeError, TypeError, ValueError) as error:
-            self._refuse_state(state, error)
+            _refuse_state(self, state, error)
             raise
 
 
@@ -756,7 +757,7 @@ class Delay(torch.nn.Module):
         try:
             return F.delay_step(x, state, self.steps)
         except (AttributeError, TypeError, ValueError) as error:
-            self._refuse_state(state, error)
+            _refuse_state(self, state, error)
             raise
 
     def scan(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import subprocess
 import sys
 import warnings
@@ -17,7 +18,9 @@ import nirbridge
 from nirbridge.engine import cpu as C
 from tests.conftest import EXAMPLES, input_names
 from tests.test_engine_kernels import make, shared
+from tests.test_engine_triton import _leaves
 from tests.test_interpret import USABLE, random_graphs
+from tests.test_run import step_module
 
 KINDS = ["I", "IF", "LI", "LIF", "CubaLI", "CubaLIF"]
 
@@ -91,11 +94,8 @@ def test_every_example_file_runs_like_stepping(name):
     with torch.no_grad():
         compiled = nirbridge.run(gm, x, backend="cpu", record="all", chunk=4)
         eager = nirbridge.run(gm, x, record="all")
-        state, outs = None, []
-        for x_t in x:
-            out, state = gm(x_t, state)
-            outs.append(out)
-    assert torch.equal(compiled.output, torch.stack(outs))
+        stepped_out, _ = step_module(gm, {input_names(graph)[0]: x})
+    assert torch.equal(compiled.output, stepped_out)
     for key, value in eager.records.items():
         assert torch.equal(compiled.records[key], value), key
 
@@ -156,6 +156,8 @@ def test_without_numba_the_back_end_says_so():
 @pytest.fixture
 def loop_calls(monkeypatch):
     """The compiled loop's calls in this test (one list entry each)."""
+    from nirbridge.engine import loops
+
     seen: list[int] = []
     real = C._loop_scan
 
@@ -163,7 +165,7 @@ def loop_calls(monkeypatch):
         seen.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(C, "_loop_scan", counting)
+    monkeypatch.setattr(C, "run_loop", functools.partial(loops.run_loop, scan=counting))
     return seen
 
 
@@ -185,11 +187,8 @@ def test_small_loops_run_in_one_compiled_loop_and_equal_stepping(kind, bias, dty
         start = nirbridge.run(gm, x[:4]).state
         compiled = nirbridge.run(gm, x, state=start, backend="cpu", chunk=3, record=["neuron.v", "w_rec"])
         eager = nirbridge.run(gm, x, state=start, chunk=3, record=["neuron.v", "w_rec"])
-        state, outs = start, []
-        for x_t in x:
-            out, state = gm(x_t, state)
-            outs.append(out)
-    assert torch.equal(compiled.output, torch.stack(outs))
+        stepped_out, state = step_module(gm, {"input": x}, start)
+    assert torch.equal(compiled.output, stepped_out)
     for key, value in eager.records.items():
         assert torch.equal(compiled.records[key], value), key
     assert all(torch.equal(a, b) for a, b in zip(_leaves(compiled.state), _leaves(state)))
@@ -210,24 +209,3 @@ def test_with_gradients_the_loop_is_stepped(rng, loop_calls):
         result = nirbridge.run(gm, x, backend="cpu")
     result.output.sum().backward()
     assert not loop_calls and gm.w_rec.weight.grad is not None
-
-
-def _leaves(tree):
-    from torch.utils._pytree import tree_leaves
-
-    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
-
-
-@pytest.mark.filterwarnings("ignore::nirbridge.SilentNetworkWarning")  # exactness, not activity
-def test_a_trainable_loop_runs_compiled_without_gradients(rng, loop_calls):
-    """Neuron parameters that are nn.Parameters (trainable=True) do not keep the loop
-    out of the compiled kernel when no gradient is asked for."""
-    from tests.test_engine_triton_loop import loop_graph
-
-    gm = nirbridge.nir_to_torch(loop_graph(rng, "CubaLIF"), dt=1e-4, trainable=True)
-    x = torch.from_numpy(rng.uniform(-0.5, 1.5, (6, 4, 3))).float()
-    with torch.no_grad():
-        compiled = nirbridge.run(gm, x, backend="cpu", chunk=3)
-        eager = nirbridge.run(gm, x, chunk=3)
-    assert torch.equal(compiled.output, eager.output)
-    assert len(loop_calls) == 2

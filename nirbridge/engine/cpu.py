@@ -40,6 +40,7 @@ in about 0.2 s. numba is an optional dependency (``pip install numba``, or
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -50,8 +51,8 @@ from ..neurons import functional as F
 from ..neurons import modules as M
 from . import loops
 from .eager import eager_stepper, scan_neuron
-from .families import FAMILIES, FAMILY_OF, factors
-from .schedule import Level, Recorded, Request
+from .families import FAMILIES, FAMILY_OF, scan_operands
+from .schedule import Level, Request
 
 __all__ = ["cpu_stepper", "run_loop", "scan", "unavailable"]
 
@@ -97,33 +98,27 @@ def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
 
 
 def _scan(module: M.Neuron, family: str, x: torch.Tensor, state: Any, trace: bool) -> Any:
-    """The operands as the Triton back-end forms them (torch's own operations for the
-    input term and the decay factors), flattened to ``[N]`` neurons, then one call."""
+    """The operands as the Triton back-end forms them (:func:`.families.scan_operands`:
+    torch's own operations for the input term and the decay factors), flattened to
+    ``[N]`` neurons, then one call."""
     if state is None:
         state = module.initial_state(x[0])
     steps = x.shape[0]
     shape = module._shape(x[0])
     cuba = family == "cuba"
-    dummy = x.new_zeros(())
-    scale, a, b, r, leak = factors(module, family, dummy)
     spiking = isinstance(module, (M.IF, M.LIF, M.CubaLIF))
-    threshold = module.v_threshold if spiking else dummy
-    reset = module.v_reset if spiking else dummy
-    pre = (scale * x).detach().expand(steps, *shape).reshape(steps, -1).contiguous()
-    v = state.v.detach().expand(shape).reshape(-1).clone()
-    i = state.i.detach().expand(shape).reshape(-1).clone() if cuba else v
-
-    def flat(t: torch.Tensor) -> np.ndarray:
-        return (v if t is dummy else t.detach().expand(shape).reshape(-1).contiguous()).numpy()
-
+    pre, v0, i0, *rest = (t.detach() for t in scan_operands(module, family, x, state))
+    pre = pre.reshape(steps, -1)
+    v = v0.reshape(-1).clone()
+    i = i0.reshape(-1).clone() if cuba else v
+    parameters = [(v if t.dim() == 0 else t.reshape(-1)).numpy() for t in rest]  # 0-d: never read
     out = torch.empty_like(pre)
     trace_v = torch.empty_like(pre) if trace else out
     trace_i = torch.empty_like(pre) if trace and cuba else trace_v
     one, zero = _one_zero(x.dtype)
     with torch.no_grad():
         _kernel("scan")(
-            pre.numpy(), v.numpy(), i.numpy(), flat(a), flat(b), flat(r), flat(leak), flat(threshold),
-            flat(reset), out.numpy(), trace_v.numpy(), trace_i.numpy(),
+            pre.numpy(), v.numpy(), i.numpy(), *parameters, out.numpy(), trace_v.numpy(), trace_i.numpy(),
             FAMILIES[family], spiking, trace, one, zero,
         )  # fmt: skip
     new_state = F.CubaLIState(i.reshape(shape), v.reshape(shape)) if cuba else F.IState(v.reshape(shape))
@@ -161,26 +156,6 @@ def _one_zero(dtype: torch.dtype) -> tuple[Any, Any]:
     return kind(1), kind(0)
 
 
-def run_loop(
-    level: Level,
-    members: list[str],
-    values: dict[str, Any],
-    nodes: dict[str, Any],
-    delayed: dict[str, Any],
-    request: Request,
-    recorded: Recorded,
-) -> bool:
-    """A small ``neuron ⇄ linear`` loop over the chunk in one compiled loop
-    (:func:`.loops.run_loop`: where the CPU's matrix product sums the layer in the
-    kernel's order, without gradients); ``False`` (stepped) otherwise."""
-    neuron = level.modules.get(members[0]) if members else None
-    if neuron is not None:  # numba takes float32 and float64 arrays
-        tensors = (*neuron.parameters(), *neuron.buffers())
-        if next((t.dtype for t in tensors if t.is_floating_point()), None) not in _DTYPES:
-            return False
-    return loops.run_loop(level, members, values, nodes, delayed, request, recorded, _loop_scan)
-
-
 def _loop_scan(
     neuron: M.Neuron,
     family: str,
@@ -193,7 +168,10 @@ def _loop_scan(
     """``(spikes, layer outputs, v, i, trace_v, trace_i)`` of the loop over the chunk
     ``ext`` ``[T, B, n]``: the operands as :func:`.loops.operands` forms them, the
     layer's weight transposed (``[in, out]``, contiguous: the inner sum runs along
-    memory), then one call."""
+    memory), then one call. Other dtypes than float32 and float64 are stepped
+    (:class:`.loops.Stepped`): numba takes no others."""
+    if ext.dtype not in _DTYPES:
+        raise loops.Stepped
     batch, n = ext.shape[1:]
     cuba = family == "cuba"
     dummy = ext.new_zeros(())
@@ -259,6 +237,12 @@ def _scan_loop(
             v[j] = vj
             if trace:
                 trace_v[t, j] = vj
+
+
+run_loop = functools.partial(loops.run_loop, scan=_loop_scan)
+"""A small ``neuron ⇄ linear`` loop over the chunk in one compiled loop
+(:func:`.loops.run_loop` with :func:`_loop_scan`: where the CPU's matrix product sums
+the layer in the kernel's order, without gradients); ``False`` (stepped) otherwise."""
 
 
 def _loop_loop(

@@ -3,11 +3,13 @@ which family a module is, and its operands as the eager kernels compute them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..neurons import modules as M
 
-__all__ = ["FAMILIES", "FAMILY_OF", "factors"]
+__all__ = ["FAMILIES", "FAMILY_OF", "factors", "scan_operands"]
 
 FAMILY_OF = {M.I: "i", M.IF: "i", M.LI: "li", M.LIF: "li", M.CubaLI: "cuba", M.CubaLIF: "cuba"}
 """The family of each neuron type: integrators, leaky integrators, current-based ones."""
@@ -27,3 +29,28 @@ def factors(module: M.Neuron, family: str, dummy: torch.Tensor) -> tuple[torch.T
     if family == "li":
         return module.r, dt / module.tau, dummy, dummy, module.v_leak
     return module.w_in, dt / module.tau_syn, dt / module.tau_mem, module.r, module.v_leak
+
+
+def scan_operands(module: M.Neuron, family: str, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, ...]:
+    """``(pre, v0, i0, a, b, r, leak, threshold, reset)`` of a population's scan over
+    ``x`` ``[T, B, ...]`` from ``state``, as the scan kernels take them: the input term
+    ``pre = scale * x`` ``[T, *shape]`` and the rest ``[*shape]`` (the population's
+    shape), each contiguous; a 0-d placeholder where the family reads no such operand
+    (``i0`` of a non-current-based family; ``threshold`` and ``reset`` of I, LI,
+    CubaLI)."""
+    shape = module._shape(x[0])
+    dummy = x.new_zeros(())
+    scale, a, b, r, leak = factors(module, family, dummy)
+    spiking = isinstance(module, (M.IF, M.LIF, M.CubaLIF))
+    threshold = module.v_threshold if spiking else dummy
+    reset = module.v_reset if spiking else dummy
+
+    def full(t: torch.Tensor) -> torch.Tensor:
+        return t if t is dummy else t.expand(shape).contiguous()
+
+    return (
+        (scale * x).expand(x.shape[0], *shape).contiguous(),
+        full(state.v),
+        full(state.i) if family == "cuba" else dummy,
+        *(full(t) for t in (a, b, r, leak, threshold, reset)),
+    )

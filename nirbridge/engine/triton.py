@@ -52,7 +52,7 @@ from ..neurons import modules as M
 from . import precision as _precision
 from . import selfcheck
 from .eager import eager_stepper, scan_neuron
-from .families import FAMILIES, FAMILY_OF, factors
+from .families import FAMILIES, FAMILY_OF, factors, scan_operands
 from .schedule import Level, Request
 
 __all__ = [
@@ -167,25 +167,9 @@ def _scan(module: M.Neuron, family: str, x: torch.Tensor, state: Any, trace: boo
     the input, the parameters and the initial state."""
     if state is None:
         state = module.initial_state(x[0])
-    steps = x.shape[0]
-    shape = module._shape(x[0])
     cuba = family == "cuba"
-    dummy = x.new_zeros(())  # an operand this family does not read
-    scale, a, b, r, leak = factors(module, family, dummy)
-    pre = scale * x
     spiking = isinstance(module, (M.IF, M.LIF, M.CubaLIF))
-    threshold = module.v_threshold if spiking else dummy
-    reset = module.v_reset if spiking else dummy
-
-    def full(t: torch.Tensor) -> torch.Tensor:
-        return t if t is dummy else t.expand(shape).contiguous()
-
-    operands = (
-        pre.expand(steps, *shape).contiguous(),
-        full(state.v),
-        full(state.i) if cuba else dummy,
-        *(full(t) for t in (a, b, r, leak, threshold, reset)),
-    )
+    operands = scan_operands(module, family, x, state)
     if module.needs_grad(x, state):
         out, v, i, trace_v, trace_i, _ = _Scan.apply(*operands, FAMILIES[family], spiking)
     else:

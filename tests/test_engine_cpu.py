@@ -209,3 +209,18 @@ def test_with_gradients_the_loop_is_stepped(rng, loop_calls):
         result = nirbridge.run(gm, x, backend="cpu")
     result.output.sum().backward()
     assert not loop_calls and gm.w_rec.weight.grad is not None
+
+
+@pytest.mark.filterwarnings("ignore::nirbridge.SilentNetworkWarning")  # exactness, not activity
+def test_a_trainable_loop_runs_compiled_without_gradients(rng, loop_calls):
+    """Neuron parameters that are nn.Parameters (trainable=True) do not keep the loop
+    out of the compiled kernel when no gradient is asked for."""
+    from tests.test_engine_triton_loop import loop_graph
+
+    gm = nirbridge.nir_to_torch(loop_graph(rng, "CubaLIF"), dt=1e-4, trainable=True)
+    x = torch.from_numpy(rng.uniform(-0.5, 1.5, (6, 4, 3))).float()
+    with torch.no_grad():
+        compiled = nirbridge.run(gm, x, backend="cpu", chunk=3)
+        eager = nirbridge.run(gm, x, chunk=3)
+    assert torch.equal(compiled.output, eager.output)
+    assert len(loop_calls) == 2

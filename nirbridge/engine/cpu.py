@@ -1,10 +1,11 @@
-r"""The CPU back-end (``run(backend="cpu")``): neuron scans and small recurrent loops as
-compiled loops (numba).
+r"""The CPU back-end (``run(backend="cpu")``, and ``"auto"`` on the CPU): neuron scans,
+small recurrent loops and their gradients as compiled loops (numba,
+:mod:`.cpu_kernels`).
 
 The schedule is the eager back-end's (:mod:`.eager`): stateless nodes over all
 ``Tc·B`` rows of a chunk, recurrent loops stepped together. Each of nirbridge's neuron
 populations outside every cycle (I, IF, LI, LIF, CubaLI, CubaLIF) runs as one call of
-a numba-compiled loop over the chunk's steps and its neurons, instead of several torch
+a compiled loop over the chunk's steps and its neurons, instead of several torch
 operations per step:
 
 * I, IF: :math:`v \leftarrow v + p_t`;
@@ -17,25 +18,33 @@ with :math:`p_t` the input term (``dt·r·x``, ``r·x`` or ``w_in·x``) and the 
 factors :math:`a = dt/\tau` (:math:`dt/\tau_{syn}`) and :math:`b = dt/\tau_{mem}`
 computed by torch as the eager kernels compute them (:func:`.families.factors`).
 
-Exact: the loop does the float operations of :mod:`nirbridge.neurons.functional` in
+A small loop ``neuron ⇄ linear`` (:mod:`.loops`: IF, LIF or CubaLIF and an ``n → n``
+layer fed back through a delayed edge, as in the Braille and SHD networks) runs as one
+compiled loop per chunk that does each step's update and the layer's product inside,
+summed as the CPU's own ``linear`` sums it for that shape: in index order, or through
+torch's own BLAS routine (:func:`summation` probes which; a batch of one is a
+matrix-vector product that BLAS sums in its own order). Where neither equals it, the
+loop is stepped.
+
+Exact: the kernels do the float operations of :mod:`nirbridge.neurons.functional` in
 the same order, in the dtype of the module (float32 or float64), compiled without
 fast-math, so no multiply-add is contracted into one rounding: outputs, records and
 states equal stepping bit for bit.
 
-A small loop ``neuron ⇄ linear`` (:mod:`.loops`: IF, LIF or CubaLIF and an ``n → n``
-layer fed back through a delayed edge) runs as one compiled loop per chunk that does
-each step's update and the matrix-vector product inside, summed over the inputs in
-index order with the bias last, where the probe :func:`.loops.sums_in_order` shows
-that the CPU's own product sums the layer so; it is stepped otherwise.
+BPTT: with gradients, the forward kernels also keep each step's membrane before the
+reset, and reverse-time kernels give the gradients eager autograd defines (as the
+Triton back-end's do, :mod:`.triton`, :mod:`.triton_loop_grad`), to the input, every
+neuron parameter, the loop's weight and bias and the initial state; equal to eager
+autograd's within rounding (1e-5 relative in float32, 1e-9 in float64).
 
-Gradients (BPTT), other dtypes and populations whose parameters have another dtype than
-their input run as the eager back-end runs them.
+Other dtypes, and populations whose parameters have another dtype than their input,
+run as the eager back-end runs them.
 
-The kernel is compiled on first use (about 0.5 s) and cached on disk by numba
-(``__pycache__`` beside this file, or ``NUMBA_CACHE_DIR``), so later processes load it
-in about 0.2 s. numba is an optional dependency (``pip install numba``, or
-``nirbridge[cpu]``); without it, this back-end raises
-:class:`~nirbridge.BackendUnavailableError` saying so.
+Compiling: each kernel is compiled on first use (about 0.3-0.5 s each) and cached on
+disk by numba (``__pycache__`` beside :mod:`.cpu_kernels`, or where that is not
+writable numba's user cache; ``NUMBA_CACHE_DIR`` moves it), so later processes load it
+in milliseconds. Without numba this back-end raises
+:class:`~nirbridge.BackendUnavailableError` saying so, and ``"auto"`` runs eagerly.
 """
 
 from __future__ import annotations
@@ -49,24 +58,21 @@ import torch
 from ..errors import BackendUnavailableError
 from ..neurons import functional as F
 from ..neurons import modules as M
+from . import cpu_kernels as K
 from . import loops
+from . import precision as _precision
 from .eager import eager_stepper, scan_neuron
-from .families import FAMILIES, FAMILY_OF, scan_operands
+from .families import FAMILIES, FAMILY_OF, factors, scan_operands
 from .schedule import Level, Request
 
-__all__ = ["cpu_stepper", "run_loop", "scan", "unavailable"]
-
-try:
-    import numba
-except ImportError:  # the back-end says so when asked for
-    numba = None
+__all__ = ["cpu_stepper", "layer_steps", "run_loop", "scan", "summation", "unavailable"]
 
 _DTYPES = (torch.float32, torch.float64)
 
 
 def unavailable(device: torch.device) -> str | None:
     """Why the back-end cannot run on ``device`` (``None``: it can)."""
-    if numba is None:
+    if K.numba is None:
         return "numba is not installed (pip install numba, or pip install 'nirbridge[cpu]')"
     if device.type != "cpu":
         return f"it runs CPU tensors, and the module is on {device.type}"
@@ -79,81 +85,293 @@ def cpu_stepper(module: torch.nn.Module, level: Level | None, request: Request) 
     reason = unavailable(device)
     if reason is not None:
         raise BackendUnavailableError(f"run(backend='cpu'): {reason}. Use backend='eager'.")
-    return eager_stepper(module, level, request, scan, run_loop)
+    return eager_stepper(module, level, request, scan, run_loop, layer_steps)
+
+
+def _kinds(dtype: torch.dtype) -> tuple[Any, Any]:
+    """1 and 0 in ``dtype``, so that no operation of a kernel widens to float64."""
+    kind = np.float32 if dtype == torch.float32 else np.float64
+    return kind(1), kind(0)
+
+
+def _arrays(tensors: Any) -> list[np.ndarray]:
+    """numpy views of detached tensors (which share their memory)."""
+    return [t.detach().numpy() for t in tensors]
 
 
 def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
     """``(outputs, state, traces)`` of ``module`` over ``x`` ``[T, B, ...]``: one call of
-    the compiled loop, or the eager scan where there is no kernel (Delay), gradients
-    are needed, or the dtypes differ."""
+    the compiled loop (two with gradients: forward, then reverse time), or the eager
+    scan where there is no kernel (Delay) or the dtypes differ."""
     family = FAMILY_OF.get(type(module))
     if (
         family is None
         or x.dtype not in _DTYPES
         or any(getattr(module, name).dtype != x.dtype for name in module.params)
-        or module.needs_grad(x, state if state is not None else ())
     ):
         return scan_neuron(module, x, state, trace)
-    return _scan(module, family, x, state, trace)
-
-
-def _scan(module: M.Neuron, family: str, x: torch.Tensor, state: Any, trace: bool) -> Any:
-    """The operands as the Triton back-end forms them (:func:`.families.scan_operands`:
-    torch's own operations for the input term and the decay factors), flattened to
-    ``[N]`` neurons, then one call."""
     if state is None:
         state = module.initial_state(x[0])
-    steps = x.shape[0]
-    shape = module._shape(x[0])
+    steps, shape = x.shape[0], module._shape(x[0])
     cuba = family == "cuba"
     spiking = isinstance(module, (M.IF, M.LIF, M.CubaLIF))
-    pre, v0, i0, *rest = (t.detach() for t in scan_operands(module, family, x, state))
-    pre = pre.reshape(steps, -1)
-    v = v0.reshape(-1).clone()
-    i = i0.reshape(-1).clone() if cuba else v
-    parameters = [(v if t.dim() == 0 else t.reshape(-1)).numpy() for t in rest]  # 0-d: never read
-    out = torch.empty_like(pre)
-    trace_v = torch.empty_like(pre) if trace else out
-    trace_i = torch.empty_like(pre) if trace and cuba else trace_v
-    one, zero = _one_zero(x.dtype)
-    with torch.no_grad():
-        _kernel("scan")(
-            pre.numpy(), v.numpy(), i.numpy(), *parameters, out.numpy(), trace_v.numpy(), trace_i.numpy(),
-            FAMILIES[family], spiking, trace, one, zero,
-        )  # fmt: skip
-    new_state = F.CubaLIState(i.reshape(shape), v.reshape(shape)) if cuba else F.IState(v.reshape(shape))
+    pre, v0, i0, *rest = scan_operands(module, family, x, state)
+    operands = (pre.reshape(steps, -1), v0.reshape(-1), i0.reshape(-1) if cuba else i0, *rest)
+    if module.needs_grad(x, state):
+        out, v, i, trace_v, trace_i, _ = _Scan.apply(*operands, FAMILIES[family], spiking)
+    else:
+        with torch.no_grad():
+            out, v, i, trace_v, trace_i, _ = _scan(*operands, FAMILIES[family], spiking, trace, False)
     traces: dict[str, torch.Tensor] = {}
     if trace:
         traces["v"] = trace_v.reshape(steps, *shape)
         if cuba:
             traces["i"] = trace_i.reshape(steps, *shape)
+    new_state = F.CubaLIState(i.reshape(shape), v.reshape(shape)) if cuba else F.IState(v.reshape(shape))
     return out.reshape(steps, *shape), new_state, traces
 
 
-OPTIONS: dict[str, Any] = {
-    "cache": True,
-    "fastmath": False,
-    "nogil": True,
-    "boundscheck": False,
-    "error_model": "numpy",
-}
-"""numba's options: cached on disk, and no fast-math (no contraction, no reassociation)."""
-
-_COMPILED: dict[str, Any] = {}
+def _flat(operands: tuple[torch.Tensor, ...], stand_in: torch.Tensor) -> list[torch.Tensor]:
+    """The operands as the kernels take them: ``[N]`` (a population's shape flattened),
+    a 0-d placeholder (an operand the family does not read) replaced by ``stand_in``."""
+    return [t.reshape(-1) if t.dim() else stand_in for t in operands]
 
 
-def _kernel(name: str) -> Any:
-    """The compiled ``"scan"`` or ``"loop"``, built (or loaded from numba's cache) on
-    first use."""
-    if name not in _COMPILED:
-        _COMPILED[name] = numba.njit(**OPTIONS)(_scan_loop if name == "scan" else _loop_loop)
-    return _COMPILED[name]
+def _scan(pre, v0, i0, a, b, r, leak, threshold, reset, family, spiking, trace, save) -> tuple:  # type: ignore[no-untyped-def]
+    """One call of the forward kernel over ``pre`` ``[T, N]`` from copies of ``v0``,
+    ``i0`` ``[N]``: ``(out, v, i, trace_v, trace_i, v_pre)``; what a family does not have
+    (``i`` without a current, traces not asked for) is a 0-d placeholder."""
+    cuba = family == 2
+    v = v0.detach().clone()
+    i = i0.detach().clone() if cuba else v
+    out = torch.empty_like(pre)
+    trace_v = torch.empty_like(pre) if trace else out
+    trace_i = torch.empty_like(pre) if trace and cuba else trace_v
+    v_pre = torch.empty_like(pre) if save else out
+    one, zero = _kinds(pre.dtype)
+    K.kernel("scan")(
+        *_arrays((pre, v, i, *_flat((a, b, r, leak, threshold, reset), v), out, trace_v, trace_i, v_pre)),
+        family, spiking, trace, save, one, zero,
+    )  # fmt: skip
+    placeholder = pre.new_zeros(())
+    return (
+        out,
+        v,
+        i if cuba else placeholder,
+        trace_v if trace else placeholder,
+        trace_i if trace and cuba else placeholder,
+        v_pre if save else placeholder,
+    )
 
 
-def _one_zero(dtype: torch.dtype) -> tuple[Any, Any]:
-    """1 and 0 in ``dtype``, so that no operation of a kernel widens to float64."""
-    kind = np.float32 if dtype == torch.float32 else np.float64
-    return kind(1), kind(0)
+class _Scan(torch.autograd.Function):
+    """``(out, v, i, trace_v, trace_i, v_pre)`` of a scan (:func:`_scan`), differentiable
+    with respect to the input term, the initial state and the operands."""
+
+    @staticmethod
+    def forward(ctx: Any, pre, v0, i0, a, b, r, leak, threshold, reset, family, spiking):  # type: ignore[override]
+        results = _scan(pre, v0, i0, a, b, r, leak, threshold, reset, family, spiking, True, True)
+        out, _, _, trace_v, trace_i, v_pre = results
+        operands = _flat((a, b, r, leak, threshold, reset), v0)
+        cuba = family == 2
+        ctx.save_for_backward(
+            pre, v0, i0 if cuba else v0, *operands, out, trace_v, trace_i if cuba else trace_v, v_pre
+        )
+        ctx.family, ctx.spiking = family, spiking
+        ctx.alpha = F.SURROGATE_ALPHA  # as eager's spike does: the value at the forward pass
+        ctx.shapes = [t.shape if t.dim() else None for t in (a, b, r, leak, threshold, reset)]
+        ctx.mark_non_differentiable(v_pre)
+        return results
+
+    @staticmethod
+    def backward(ctx: Any, g_out, g_v, g_i, g_trace_v, g_trace_i, _g_v_pre):  # type: ignore[override]
+        pre, v0, i0, a, b, r, leak, threshold, reset, out, trace_v, trace_i, v_pre = ctx.saved_tensors
+        cuba = ctx.family == 2
+        g_out = g_out.contiguous() if g_out is not None else torch.zeros_like(pre)
+        g_v = g_v.contiguous() if g_v is not None else torch.zeros_like(v0)
+        g_i = g_i.contiguous() if cuba and g_i is not None and g_i.dim() else torch.zeros_like(v0)
+        g_trace_v = g_trace_v.contiguous() if g_trace_v is not None else torch.zeros_like(pre)
+        traced_i = cuba and g_trace_i is not None and g_trace_i.dim()
+        g_trace_i = g_trace_i.contiguous() if traced_i else torch.zeros_like(pre)
+        g_pre, g_v0, g_i0 = torch.empty_like(pre), torch.empty_like(v0), torch.empty_like(v0)
+        g_params = [torch.empty_like(v0) for _ in range(6)]
+        one, _ = _kinds(pre.dtype)
+        K.kernel("scan backward")(
+            *_arrays((pre, v0, i0, a, b, r, leak, threshold, reset, out, trace_v, trace_i, v_pre)),
+            *_arrays((g_out, g_v, g_i, g_trace_v, g_trace_i, g_pre, g_v0, g_i0, *g_params)),
+            one * ctx.alpha, ctx.family, ctx.spiking, one,
+        )  # fmt: skip
+        grads = [None if shape is None else g.reshape(shape) for shape, g in zip(ctx.shapes, g_params)]
+        return (g_pre, g_v0, g_i0 if cuba else None, *grads, None, None)
+
+
+_MODES: dict[tuple[Any, ...], int | None] = {}  # probe results: which summation equals torch's
+
+
+def summation(layer: torch.nn.Linear, batch: int, like: torch.Tensor, spikes: bool = True) -> int | None:
+    """How the loop kernel sums ``layer`` over ``batch`` rows of spikes so that it
+    equals the CPU's own ``torch.nn.functional.linear`` bit for bit:
+    :data:`.cpu_kernels.IN_ORDER`, :data:`.cpu_kernels.BLAS`, or ``None`` (neither: the
+    loop is stepped). Probed once per dtype, batch size, shape and bias, with the
+    compiled product itself on :func:`.loops.probe_cases`' weights and spikes, or
+    (``spikes=False``) random values over 13 octaves; under the ``"fast"`` precision
+    policy, in index order without a probe."""
+    weight, bias = layer.weight, layer.bias
+    if not weight.is_contiguous():
+        return None
+    if _precision.contract():
+        return K.IN_ORDER
+    key = (like.dtype, batch, tuple(weight.shape), bias is not None, spikes, torch.get_num_threads())
+    if key not in _MODES:
+        z, w, b, expected = loops.probe_cases(layer, batch, like, spikes)
+        _MODES[key] = None
+        ways = (K.BLAS, K.IN_ORDER) if spikes else (K.BLAS,)  # in order: 0/1 inputs only
+        for mode in ways if K.BLAS_LIBRARY else ways[1:]:
+            got = torch.empty_like(expected)
+            for pattern, y in zip(z, got):
+                _product(pattern, w, b, y, mode)
+            if torch.equal(got, expected):
+                _MODES[key] = mode
+                break
+    return _MODES[key]
+
+
+def _product(
+    z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor, mode: int
+) -> None:
+    """``y = z weight^T + bias`` (``z`` ``[B, in]`` of 0/1, ``y`` ``[B, out]``) as the loop
+    kernel sums it in ``mode`` (:func:`.cpu_kernels._linear_rows`)."""
+    K.kernel("linear")(
+        z.numpy(), *_weights(weight, bias), y.numpy(), mode, bool(weight.isfinite().all()) and _binary(z),
+        *_blas(z, weight, bias), _kinds(z.dtype)[1],
+    )  # fmt: skip
+
+
+def _binary(z: torch.Tensor) -> bool:
+    """Whether ``z`` holds only 0 and 1 (spikes: the in-order product may skip the zeros)."""
+    return bool(((z == 0) | (z == 1)).all())
+
+
+def layer_steps(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+    """A plain ``nn.Linear`` over a chunk ``x`` ``[Tc, B, in]`` that must be stepped to be
+    exact: one compiled loop of the BLAS call stepping makes at each step (where
+    :func:`summation` finds it equal to the CPU's own product), differentiable;
+    ``None`` (stepped by the caller) otherwise."""
+    if (
+        type(layer) is not torch.nn.Linear
+        or layer._forward_hooks
+        or layer._forward_pre_hooks
+        or x.dim() != 3
+        or x.dtype not in _DTYPES
+        or any(p.dtype != x.dtype for p in layer.parameters())
+        or summation(layer, x.shape[1], x, spikes=False) != K.BLAS
+    ):
+        return None
+    if torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, layer.weight, layer.bias)
+    ):
+        return _Linear.apply(x, layer.weight, layer.bias)
+    with torch.no_grad():
+        return _linear_steps(x, layer.weight, layer.bias)
+
+
+def _linear_steps(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x W^T + b`` per step of ``x`` ``[Tc, B, in]``: one kernel call (BLAS per step)."""
+    x, weight = x.detach().contiguous(), weight.detach().contiguous()
+    bias = bias.detach() if bias is not None else None
+    y = x.new_empty(*x.shape[:2], weight.shape[0])
+    K.kernel("linear steps")(
+        x.numpy(), *_weights(weight, bias), y.numpy(), K.BLAS, False, *_blas(x[0], weight, bias),
+        _kinds(x.dtype)[1],
+    )  # fmt: skip
+    return y
+
+
+class _Linear(torch.autograd.Function):
+    """:func:`_linear_steps`, differentiable: the input's gradient ``g W``, the weight's
+    ``sum_t g_t^T x_t`` and the bias's ``sum g`` (torch's products)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _linear_steps(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        x, weight = ctx.saved_tensors
+        g_x = g @ weight if ctx.needs_input_grad[0] else None
+        g_weight = (
+            g.reshape(-1, g.shape[-1]).T @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[1] else None
+        )
+        g_bias = g.sum((0, 1)) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return g_x, g_weight, g_bias
+
+
+def _weights(weight: torch.Tensor, bias: torch.Tensor | None) -> list[Any]:
+    """``[weight, weight transposed, bias, has_bias]`` as the kernels take them (a
+    stand-in that is never read for a missing bias)."""
+    stand_in = bias if bias is not None else weight[0]
+    return [*_arrays((weight, weight.t().contiguous(), stand_in)), bias is not None]
+
+
+def _blas(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[np.ndarray, ...]:
+    """``(chars, dims, scalars)``: the BLAS ``gemm`` arguments of ``z weight^T + bias``
+    as torch's ``addmm`` passes them (``'t', 'n'``; ``out, B, in``; ``1, beta``)."""
+    kind = np.float32 if z.dtype == torch.float32 else np.float64
+    dims = np.array([weight.shape[0], z.shape[-2], weight.shape[1]], dtype=np.int32)
+    return np.frombuffer(b"tn", dtype=np.uint8).copy(), dims, np.array([1, int(bias is not None)], dtype=kind)
+
+
+def _loop_forward(
+    family: str,
+    ext: torch.Tensor,
+    operands: list[torch.Tensor],
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    v0: torch.Tensor,
+    i0: torch.Tensor,
+    previous: torch.Tensor | None,
+    trace: bool,
+    save: bool,
+    mode: int,
+) -> tuple[torch.Tensor, ...]:
+    """One call of the loop kernel over the chunk ``ext`` ``[T, B, n]``: ``(spikes, layer
+    outputs, v, i, trace_v, trace_i, v_pre)``. The state starts from copies of ``v0``
+    and ``i0`` (``[B, n]``); ``operands`` are ``scale, a, b, r, leak, threshold, reset``
+    (:func:`.families.factors`), ``[n]`` each, or 0-d where the family has none. ``trace`` writes the state after every step;
+    ``save`` (for BPTT) the membrane before every reset in ``v_pre`` and, for CubaLIF,
+    the current after every step in ``trace_i``. What is not written is a 0-d
+    placeholder."""
+    cuba = family == "cuba"
+    ext = ext.detach().contiguous()
+    v = v0.detach().contiguous().clone()
+    i = i0.detach().contiguous().clone() if cuba else v
+    out, rec = torch.empty_like(ext), torch.empty_like(ext)
+    trace_v = torch.empty_like(ext) if trace else out
+    keep_i = cuba and (trace or save)
+    trace_i = torch.empty_like(ext) if keep_i else trace_v
+    v_pre = torch.empty_like(ext) if save else out
+    weight = weight.detach().contiguous()
+    start = previous.detach().contiguous() if previous is not None else v
+    one, zero = _kinds(ext.dtype)
+    sparse = bool(weight.isfinite().all())
+    K.kernel("loop")(
+        *_arrays((ext, v, i, *(t.contiguous() if t.dim() else operands[0] for t in operands))),
+        *_weights(weight, bias), start.numpy(), previous is not None,
+        *_arrays((out, rec, trace_v, trace_i, v_pre)),
+        FAMILIES[family], trace, save, mode, sparse, *_blas(ext[0], weight, bias), one, zero,
+    )  # fmt: skip
+    placeholder = ext.new_zeros(())
+    return (
+        out,
+        rec,
+        v,
+        i if cuba else placeholder,
+        trace_v if trace else placeholder,
+        trace_i if keep_i else placeholder,
+        v_pre if save else placeholder,
+    )
 
 
 def _loop_scan(
@@ -166,149 +384,132 @@ def _loop_scan(
     trace: bool,
 ) -> tuple[torch.Tensor, ...]:
     """``(spikes, layer outputs, v, i, trace_v, trace_i)`` of the loop over the chunk
-    ``ext`` ``[T, B, n]``: the operands as :func:`.loops.operands` forms them, the
-    layer's weight transposed (``[in, out]``, contiguous: the inner sum runs along
-    memory), then one call. Other dtypes than float32 and float64 are stepped
-    (:class:`.loops.Stepped`): numba takes no others."""
-    if ext.dtype not in _DTYPES:
-        raise loops.Stepped
+    ``ext`` ``[T, B, n]`` from ``state`` and the layer's ``previous`` output: one call
+    of the kernel, or with gradients :class:`_Loop` (forward, then reverse time). Other
+    dtypes than float32 and float64, and sums that equal neither kernel mode, are
+    stepped (:class:`.loops.Stepped`)."""
     batch, n = ext.shape[1:]
+    mode = summation(layer, batch, ext) if ext.dtype in _DTYPES else None
+    if mode is None:
+        raise loops.Stepped
     cuba = family == "cuba"
     dummy = ext.new_zeros(())
+    v0 = state.v.expand(batch, n)
+    i0 = state.i.expand(batch, n) if cuba else dummy
+    try:  # the neurons' operands, shared by the rows: [n] each
+        operands = [
+            t if t is dummy else t.expand(n).contiguous()
+            for t in (*factors(neuron, family, dummy), neuron.v_threshold, neuron.v_reset)
+        ]
+    except RuntimeError:  # an operand with a batch dimension (none of nirbridge's)
+        raise loops.Stepped from None
+    arguments = (ext, layer.weight, layer.bias, previous, v0, i0, *operands)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in arguments):
+        return _Loop.apply(*arguments, family, trace, mode)[:6]
     with torch.no_grad():
-        operands = loops.operands(neuron, family, batch, n, dummy)
-        v = state.v.detach().expand(batch, n).contiguous().clone()
-        i = state.i.detach().expand(batch, n).contiguous().clone() if cuba else v
-        out, rec = torch.empty_like(ext), torch.empty_like(ext)
-        trace_v = torch.empty_like(ext) if trace else out
-        trace_i = torch.empty_like(ext) if trace and cuba else trace_v
-        weight = layer.weight.detach().t().contiguous()
-        bias = layer.bias.detach() if layer.bias is not None else weight[0]
-        start = previous.detach().contiguous() if previous is not None else v
-        one, zero = _one_zero(ext.dtype)
-        _kernel("loop")(
-            ext.detach().contiguous().numpy(), v.numpy(), i.numpy(),
-            *(v.numpy() if t is dummy else t.numpy() for t in operands),
-            weight.numpy(), bias.numpy(), layer.bias is not None, start.numpy(), previous is not None,
-            out.numpy(), rec.numpy(), trace_v.numpy(), trace_i.numpy(),
-            FAMILIES[family], trace, one, zero,
+        weight, bias = layer.weight, layer.bias
+        return _loop_forward(family, ext, operands, weight, bias, v0, i0, previous, trace, False, mode)[:6]
+
+
+class _Loop(torch.autograd.Function):
+    """``(spikes, layer outputs, v, i, trace_v, trace_i, v_pre)`` of the loop
+    (:func:`_loop_forward` with ``save``), differentiable with respect to the input
+    term, the weight and bias, the previous output, the initial state and the operands
+    ``scale, a, b, r, leak, threshold, reset`` (the equations:
+    :mod:`.triton_loop_grad`)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        ext,
+        weight,
+        bias,
+        previous,
+        v0,
+        i0,
+        scale,
+        a,
+        b,
+        r,
+        leak,
+        threshold,
+        reset,
+        family,
+        trace,
+        mode,
+    ):  # type: ignore[override]
+        operands = [scale, a, b, r, leak, threshold, reset]
+        results = _loop_forward(family, ext, operands, weight, bias, v0, i0, previous, trace, True, mode)
+        out, rec, _, _, _, trace_i, v_pre = results
+        stand_in = v0.contiguous()
+
+        def kept(t: torch.Tensor | None) -> torch.Tensor:
+            return stand_in if t is None or t.dim() == 0 else t.contiguous()
+
+        batch, n = ext.shape[1:]
+        ctx.save_for_backward(
+            ext.contiguous(), weight.contiguous(), kept(previous), stand_in, kept(i0),
+            *(kept(t.expand(batch, n)) for t in operands), out, rec, trace_i if trace_i.dim() else out, v_pre,
         )  # fmt: skip
-    placeholder = ext.new_zeros(())
-    return (
-        out,
-        rec,
-        v,
-        i if cuba else placeholder,
-        trace_v if trace else placeholder,
-        trace_i if trace and cuba else placeholder,
-    )
+        ctx.family, ctx.has_bias, ctx.has_previous = FAMILIES[family], bias is not None, previous is not None
+        ctx.alpha = F.SURROGATE_ALPHA
+        ctx.scalars = [t.dim() == 0 for t in operands]
+        ctx.mark_non_differentiable(v_pre)
+        ctx.set_materialize_grads(False)
+        return results
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        g_out, g_rec, g_v, g_i, g_trace_v, g_trace_i, _ = grads
+        ext, weight, start, v0, i0, scale, a, b, r, leak, threshold, reset, out, rec, i_trace, v_pre = (
+            ctx.saved_tensors
+        )
+        cuba = ctx.family == FAMILIES["cuba"]
+
+        def given(g: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+            return g.contiguous() if g is not None and g.dim() else torch.zeros_like(like)
+
+        traced = any(g is not None and g.dim() for g in (g_trace_v, g_trace_i))
+        g_trace_v = given(g_trace_v, ext) if traced else ext
+        g_trace_i = given(g_trace_i, ext) if traced and cuba else g_trace_v
+        g_out, g_rec, g_v = given(g_out, ext), given(g_rec, ext), given(g_v, v0)
+        g_i = given(g_i, v0) if cuba else g_v
+        g_ext, g_y = torch.empty_like(ext), torch.empty_like(ext)
+        g_start, g_v0, g_i0 = torch.empty_like(v0), torch.empty_like(v0), torch.empty_like(v0)
+        g_operands = [torch.empty_like(v0) for _ in range(7)]  # scale, a, b, r, leak, threshold, reset
+        one, _ = _kinds(ext.dtype)
+        K.kernel("loop backward")(
+            *_arrays((ext, scale, v0, i0, a, b, r, leak, threshold, reset, weight, start, out, rec)),
+            *_arrays((i_trace, v_pre, g_out, g_rec, g_v, g_i, g_trace_v, g_trace_i, g_ext, g_y)),
+            *_arrays((g_start, g_v0, g_i0, *g_operands)),
+            one * ctx.alpha, ctx.family, ctx.has_previous, traced, one,
+        )  # fmt: skip
+        g_weight = g_bias = None
+        if ctx.needs_input_grad[1]:
+            g_weight = g_y.reshape(-1, g_y.shape[-1]).T @ out.reshape(-1, out.shape[-1])
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            g_bias = g_y.sum((0, 1))
+        found = [None if scalar else g.sum(0) for scalar, g in zip(ctx.scalars, g_operands)]
+        return (
+            g_ext,
+            g_weight,
+            g_bias,
+            g_start if ctx.has_previous else None,
+            g_v0,
+            g_i0 if cuba else None,
+            *found,
+            None,
+            None,
+            None,
+        )
 
 
-def _scan_loop(
-    pre, v, i, a, b, r, leak, threshold, reset, out, trace_v, trace_i, family, spiking, trace, one, zero
-):  # type: ignore[no-untyped-def]
-    """Over ``T`` steps and ``N`` neurons (``pre``, ``out``, traces ``[T, N]``; state
-    and parameters ``[N]``): FAMILY 0 (I, IF) ``v += p``; 1 (LI, LIF)
-    ``v += a ((leak - v) + p)``; 2 (CubaLI, CubaLIF) ``i += (p - i) a``,
-    ``v += ((leak - v) + i r) b``; spiking: ``z = v > threshold``,
-    ``v = (1 - z) v + z reset``. ``one`` and ``zero`` are of the arrays' dtype, so
-    that no operation widens to float64."""
-    steps, n = pre.shape
-    for t in range(steps):
-        for j in range(n):
-            p = pre[t, j]
-            vj = v[j]
-            if family == 0:
-                vj = vj + p
-            elif family == 1:
-                vj = vj + a[j] * ((leak[j] - vj) + p)
-            else:
-                ij = i[j] + (p - i[j]) * a[j]
-                i[j] = ij
-                vj = vj + ((leak[j] - vj) + ij * r[j]) * b[j]
-                if trace:
-                    trace_i[t, j] = ij
-            if spiking:
-                z = one if vj > threshold[j] else zero
-                out[t, j] = z
-                vj = (one - z) * vj + z * reset[j]
-            else:
-                out[t, j] = vj
-            v[j] = vj
-            if trace:
-                trace_v[t, j] = vj
-
-
-run_loop = functools.partial(loops.run_loop, scan=_loop_scan)
-"""A small ``neuron ⇄ linear`` loop over the chunk in one compiled loop
-(:func:`.loops.run_loop` with :func:`_loop_scan`: where the CPU's matrix product sums
-the layer in the kernel's order, without gradients); ``False`` (stepped) otherwise."""
-
-
-def _loop_loop(
-    ext,
-    v,
-    i,
-    scale,
-    a,
-    b,
-    r,
-    leak,
-    threshold,
-    reset,
-    wt,
-    bias,
-    has_bias,
-    previous,
-    has_previous,
-    out,
-    rec,
-    trace_v,
-    trace_i,
-    family,
-    trace,
-    one,
-    zero,
-):  # type: ignore[no-untyped-def]
-    """Over ``T`` steps and ``B`` rows of ``n`` neurons (``ext``, ``out``, ``rec``,
-    traces ``[T, B, n]``; state and operands ``[B, n]``; ``wt`` the layer's weight
-    ``[in, out]``): ``x = e_t + y_{t-1}`` (``previous`` at the chunk's first step
-    where there is one), the family's update on ``scale x`` and the reset as in
-    :func:`_scan_loop`, then ``y_t = sum_k z_k wt[k] + bias``, summed over the inputs
-    in index order from 0, the bias last."""
-    steps, batch, n = ext.shape
-    total = np.empty(n, dtype=v.dtype)
-    for t in range(steps):
-        for row in range(batch):
-            for j in range(n):
-                x = ext[t, row, j]
-                if t > 0:
-                    x = x + rec[t - 1, row, j]
-                elif has_previous:
-                    x = x + previous[row, j]
-                p = scale[row, j] * x
-                vj = v[row, j]
-                if family == 0:
-                    vj = vj + p
-                elif family == 1:
-                    vj = vj + a[row, j] * ((leak[row, j] - vj) + p)
-                else:
-                    ij = i[row, j] + (p - i[row, j]) * a[row, j]
-                    i[row, j] = ij
-                    vj = vj + ((leak[row, j] - vj) + ij * r[row, j]) * b[row, j]
-                    if trace:
-                        trace_i[t, row, j] = ij
-                z = one if vj > threshold[row, j] else zero
-                out[t, row, j] = z
-                vj = (one - z) * vj + z * reset[row, j]
-                v[row, j] = vj
-                if trace:
-                    trace_v[t, row, j] = vj
-            for j in range(n):
-                total[j] = zero
-            for k in range(n):
-                zk = out[t, row, k]
-                for j in range(n):
-                    total[j] = total[j] + zk * wt[k, j]
-            for j in range(n):
-                rec[t, row, j] = total[j] + bias[j] if has_bias else total[j]
+run_loop = functools.partial(
+    loops.run_loop,
+    scan=_loop_scan,
+    grad_scan=_loop_scan,
+    summed=lambda layer, batch, like: like.dtype in _DTYPES and summation(layer, batch, like) is not None,
+)
+"""A small ``neuron ⇄ linear`` loop over the chunk in one compiled loop (with
+gradients, and its reverse-time kernel), where :func:`summation` finds the kernel's
+sum equal to the CPU's own product; ``False`` (stepped) otherwise."""

@@ -21,7 +21,15 @@ from ..state import DELAYED, NODES, unpack_state
 from .rows import time_batched
 from .schedule import Level, Recorded, RecordError, Request, node_input, state_variables
 
-__all__ = ["LoopRunner", "NeuronScan", "eager_stepper", "record_traces", "run_chunk", "scan_neuron"]
+__all__ = [
+    "LayerSteps",
+    "LoopRunner",
+    "NeuronScan",
+    "eager_stepper",
+    "record_traces",
+    "run_chunk",
+    "scan_neuron",
+]
 
 Stepper = Any  # (xs, state) -> (outputs, state, recorded, largest value's bytes per step)
 NeuronScan = Callable[[Any, torch.Tensor, Any, bool], tuple[torch.Tensor, Any, dict[str, torch.Tensor]]]
@@ -31,6 +39,10 @@ LoopRunner = Callable[..., bool]
 """``(level, members, values, nodes, delayed, request, recorded) -> handled`` runs a
 recurrent loop over a chunk the way :func:`run_chunk` would step it (filling ``values``,
 ``nodes``, ``delayed`` and ``recorded``), or returns ``False`` to have it stepped."""
+LayerSteps = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor | None]
+"""``(layer, x [Tc, B, ...]) -> [Tc, B, ...]`` of a stateless layer that must be stepped
+to be exact (:func:`.rows.time_batched`), run by a back-end its own way; ``None`` to
+have it stepped."""
 
 
 def scan_neuron(module: Neuron | Delay, x: torch.Tensor, state: Any, trace: bool) -> Any:
@@ -45,15 +57,18 @@ def eager_stepper(
     request: Request,
     scan: NeuronScan = scan_neuron,
     loop: LoopRunner | None = None,
+    layer_steps: LayerSteps | None = None,
 ) -> Stepper:
     """``(xs, state) -> (outputs, state, recorded, step_bytes)`` for one chunk, in
     eager torch (neurons outside cycles by ``scan``, recurrent loops by ``loop`` where
-    it takes them); ``step_bytes`` is the largest value's bytes per time step."""
+    it takes them, stateless layers that must be stepped by ``layer_steps`` where it
+    takes them: :func:`.rows.time_batched`); ``step_bytes`` is the largest value's
+    bytes per time step."""
     if level is not None:
 
         def step_level(xs: Mapping[str, torch.Tensor], state: Any) -> Any:
             recorded: Recorded = {}
-            values, new_state = run_chunk(level, xs, state, request, recorded, scan, loop)
+            values, new_state = run_chunk(level, xs, state, request, recorded, scan, loop, layer_steps)
             outputs = {name: values[name] for name in level.outputs}
             return outputs, new_state, recorded, largest_step_bytes(values.values())
 
@@ -102,6 +117,7 @@ def run_chunk(
     recorded: Recorded,
     scan: NeuronScan = scan_neuron,
     loop: LoopRunner | None = None,
+    layer_steps: LayerSteps | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Evaluate ``level`` over a chunk: ``xs`` maps Input names to ``[Tc, B, ...]``.
 
@@ -137,6 +153,7 @@ def run_chunk(
                 recorded,
                 scan,
                 loop,
+                layer_steps,
             )
             out = _graph_output(child, inner)
         elif level.stateful[name]:
@@ -146,7 +163,7 @@ def run_chunk(
         else:
             path = level.prefix + name
             check = (lambda o, path=path: check_output(o, path, None)) if name in level.checked else None
-            out = time_batched(module, x, check)
+            out = time_batched(module, x, check, layer_steps)
         if name in level.checked:
             check_output(out, level.prefix + name, level.checked[name], lead=2)
         values[name] = out

@@ -18,7 +18,7 @@ from .eager import record_traces
 from .families import FAMILY_OF, factors
 from .schedule import Level, Recorded, Request, node_input
 
-__all__ = ["PROBES", "WIDEST", "Stepped", "in_order", "operands", "run_loop", "sums_in_order"]
+__all__ = ["PROBES", "WIDEST", "Stepped", "in_order", "operands", "probe_cases", "run_loop", "sums_in_order"]
 
 WIDEST = 128
 """The widest loop (neurons) that runs as one kernel; its weights stay in the cache."""
@@ -47,6 +47,7 @@ def run_loop(
     recorded: Recorded,
     scan: LoopScan,
     grad_scan: LoopScan | None = None,
+    summed: Callable[[torch.nn.Linear, int, torch.Tensor], bool] | None = None,
 ) -> bool:
     """Run the loop ``members`` over the chunk with a back-end's kernel ``scan`` (and
     ``grad_scan`` where gradients are needed; without one the loop is stepped),
@@ -54,7 +55,10 @@ def run_loop(
     ``False`` (nothing done) where it is not a loop these kernels run exactly.
 
     A kernel takes ``(neuron, family, layer, ext, state, previous, trace)`` and gives
-    ``(spikes, layer outputs, v, i, trace_v, trace_i)`` over the chunk."""
+    ``(spikes, layer outputs, v, i, trace_v, trace_i)`` over the chunk. ``summed``
+    says whether the kernel sums the layer as the device's own product does for this
+    batch size (default :func:`sums_in_order`; not asked under the ``"fast"``
+    precision policy)."""
     found = _shape_of_loop(level, members)
     if found is None:
         return False
@@ -74,7 +78,7 @@ def run_loop(
         return False
     if previous is not None and tuple(previous.shape) != (batch, n):
         return False
-    if not _precision.contract() and not sums_in_order(layer, batch, ext):
+    if not _precision.contract() and not (summed or sums_in_order)(layer, batch, ext):
         return False
     if state is None:
         state = neuron.initial_state(ext[0])
@@ -128,23 +132,42 @@ def sums_in_order(layer: torch.nn.Linear, batch: int, like: torch.Tensor) -> boo
     :data:`PROBES` calls of the same torch function on random weights (full-precision
     mantissas over a wide range of magnitudes, so that any other order shows in the
     rounding) and spike patterns of every density, against the sum in that order."""
-    weight, bias = layer.weight, layer.bias
-    if not weight.is_contiguous():
+    if not layer.weight.is_contiguous():
         return False
-    key = (like.device, like.dtype, batch, tuple(weight.shape), bias is not None)
+    key = (like.device, like.dtype, batch, tuple(layer.weight.shape), layer.bias is not None)
     if key not in _ORDER:
-        generator = torch.Generator().manual_seed(0)
-        options = {"dtype": like.dtype, "generator": generator}
-        rows, columns = weight.shape
-        scales = torch.exp2(torch.randint(-6, 7, (rows, columns), generator=generator)).to(like.dtype)
-        w = (torch.randn(rows, columns, **options) * scales).to(like.device)
-        b = torch.randn(rows, **options).to(like.device) if bias is not None else None
-        density = torch.linspace(0.05, 0.95, PROBES, dtype=torch.float64).view(PROBES, 1, 1)
-        z = (torch.rand(PROBES, batch, columns, generator=generator, dtype=torch.float64) < density).to(like)
+        z, w, b, expected = probe_cases(layer, batch, like)
         with torch.no_grad():
-            got = torch.stack([torch.nn.functional.linear(pattern, w, b) for pattern in z])
-            _ORDER[key] = torch.equal(got, in_order(z, w, b))
+            _ORDER[key] = torch.equal(expected, in_order(z, w, b))
     return _ORDER[key]
+
+
+def probe_cases(
+    layer: torch.nn.Linear, batch: int, like: torch.Tensor, spikes: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``(z, w, b, expected)``: :data:`PROBES` patterns ``z`` ``[PROBES, batch, in]`` of
+    spikes of every density (``spikes=False``: random values spread over 13 octaves,
+    every other one with a density's zeros), random weights ``w`` and bias ``b`` of
+    ``layer``'s shape
+    (full-precision mantissas over a wide range of magnitudes, so that any other order
+    of summation shows in the rounding), on ``like``'s device and dtype, and
+    ``expected``: the device's own ``torch.nn.functional.linear`` of each pattern, one
+    call each, as stepping calls it."""
+    generator = torch.Generator().manual_seed(0)
+    options = {"dtype": like.dtype, "generator": generator}
+    rows, columns = layer.weight.shape
+    scales = torch.exp2(torch.randint(-6, 7, (rows, columns), generator=generator)).to(like.dtype)
+    w = (torch.randn(rows, columns, **options) * scales).to(like.device)
+    b = torch.randn(rows, **options).to(like.device) if layer.bias is not None else None
+    density = torch.linspace(0.05, 0.95, PROBES, dtype=torch.float64).view(PROBES, 1, 1)
+    z = (torch.rand(PROBES, batch, columns, generator=generator, dtype=torch.float64) < density).to(like)
+    if not spikes:
+        octaves = torch.randint(-6, 7, z.shape, generator=generator).to(like.dtype)
+        values = torch.randn(z.shape, **options) * torch.exp2(octaves)
+        z = torch.where(torch.arange(PROBES).view(PROBES, 1, 1) % 2 == 0, values, values * z).to(like.device)
+    with torch.no_grad():
+        expected = torch.stack([torch.nn.functional.linear(pattern, w, b) for pattern in z])
+    return z, w, b, expected
 
 
 def in_order(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -35,11 +35,16 @@ _WAYS: dict[tuple[Any, ...], str] = {}
 
 
 def time_batched(
-    module: torch.nn.Module, x: torch.Tensor, check: Callable[[Any], torch.Tensor] | None = None
+    module: torch.nn.Module,
+    x: torch.Tensor,
+    check: Callable[[Any], torch.Tensor] | None = None,
+    layer_steps: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor | None] | None = None,
 ) -> torch.Tensor:
     """``module`` over a chunk ``x`` ``[Tc, B, ...]``, as ``[Tc, B, ...]``, the fastest
     way that equals stepping (see the module's docstring). ``check`` sees each call's
-    result first (a user's module may return anything)."""
+    result first (a user's module may return anything). Where the layer must be
+    stepped, a back-end's ``layer_steps`` may run the steps itself (the CPU back-end's
+    compiled loop of the same BLAS calls); ``None`` from it: stepped here."""
     steps, batch = x.shape[0], x.shape[1]
     exact = steps > 1 and _precision.active() != "fast"
     key = _key(module, x)
@@ -47,14 +52,16 @@ def time_batched(
     if known == "batched" and _can_batch(module, x):
         return _batched(module, x)
     if known in ("batched", "steps"):  # batched, but a hook was added since: every call through it
-        return _stepped(module, x, check)
+        ours = known == "steps" and layer_steps is not None and check is None
+        found = layer_steps(module, x) if ours else None
+        return found if found is not None else _stepped(module, x, check)
     # the run's own call first: a user's module is checked before any probe calls it
     flat = module(x.reshape(-1, *x.shape[2:]))
     if check is not None:
         flat = check(flat)
     if known == "flat" or way(module, x, key) == "flat":
         return flat.reshape(steps, batch, *flat.shape[1:])
-    return time_batched(module, x, check)  # probed now: batched or stepped
+    return time_batched(module, x, check, layer_steps)  # probed now: batched or stepped
 
 
 def way(module: torch.nn.Module, x: torch.Tensor, key: tuple[Any, ...] | None = None) -> str:

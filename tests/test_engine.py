@@ -15,12 +15,15 @@ def test_a_named_back_end_is_used_on_every_device(backend):
         assert backend_for(backend, device) == backend
 
 
-def test_auto_is_triton_on_cuda_and_eager_elsewhere():
-    """Triton is in the dev extra, so CUDA devices (only their type is read) get it."""
+def test_auto_is_triton_on_cuda_cpu_on_the_cpu_and_eager_elsewhere():
+    """Triton and numba are installed here, so CUDA devices (only their type is read)
+    get Triton and the CPU gets the cpu back-end (without numba it is eager: the
+    subprocess test in test_engine_cpu)."""
     assert backend_for("auto", "cuda") == "triton"
     assert backend_for("auto", torch.device("cuda", 0)) == "triton"
-    for device in (None, "cpu", "meta", torch.device("cpu")):
-        assert backend_for("auto", device) == "eager"
+    for device in (None, "cpu", torch.device("cpu")):
+        assert backend_for("auto", device) == "cpu"
+    assert backend_for("auto", "meta") == "eager"
 
 
 def test_an_unknown_back_end_is_refused_with_the_choices():
@@ -32,7 +35,7 @@ def test_an_unknown_back_end_is_refused_with_the_choices():
 @pytest.mark.parametrize("device", ["cpu", *(["cuda"] if torch.cuda.is_available() else [])])
 def test_a_run_picks_its_back_end_from_the_modules_device(device, monkeypatch):
     """``run(backend="auto")`` launches the Triton kernels on CUDA; on the CPU (even
-    with Triton's interpreter on, as in these tests) it runs eagerly."""
+    with Triton's interpreter on, as in these tests) it runs the cpu back-end."""
     from nirbridge.engine import triton as T
 
     launched = []

@@ -223,11 +223,6 @@ def test_without_numba_the_back_end_says_so():
     assert done.stdout.splitlines()[-2:] == ["eager", "torch.Size([2, 1, 3])"], done.stdout
 
 
-def test_auto_on_the_cpu_is_this_back_end():
-    assert nirbridge.engine.backend_for("auto", "cpu") == "cpu"
-    assert nirbridge.engine.backend_for("auto") == "cpu"
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_a_layer_that_must_be_stepped_runs_as_one_compiled_loop(dtype, monkeypatch):
     """At batch 1 the Braille network's input and output layers give other bits over all

@@ -363,8 +363,8 @@ def test_braille_training_gradients_agree_with_eager(batch, loop_calls):
 def test_the_probe_tells_the_truth(n, bias, batch, dtype, threads):
     """Where the probe picks a way of summing, the kernel's product equals the CPU's own
     ``linear`` on other weights and spikes than the probe's, one call per step as
-    stepping calls it; at batch 1 through torch's BLAS (this machine's x86 MKL), where
-    summing in order does not equal it."""
+    stepping calls it (each way, where both do); at batch 1 through torch's BLAS (this
+    machine's x86 MKL), where summing in order does not equal it."""
     layer = torch.nn.Linear(n, n, bias=bias).to(dtype)
     generator = torch.Generator().manual_seed(11)
     previous = torch.get_num_threads()
@@ -377,12 +377,15 @@ def test_the_probe_tells_the_truth(n, bias, batch, dtype, threads):
             return
         weight = torch.randn(n, n, generator=generator, dtype=dtype) * 3
         layer.weight.data.copy_(weight)
-        z = (torch.rand(20, batch, n, generator=generator) < 0.4).to(dtype)
-        got = torch.empty(20, batch, n, dtype=dtype)
-        for pattern, y in zip(z, got):
-            C._product(pattern, layer.weight.detach(), layer.bias.detach() if bias else None, y, mode)
+        density = torch.linspace(0.01, 0.9, 20).view(20, 1, 1)  # EITHER picks by density
+        z = (torch.rand(20, batch, n, generator=generator) < density).to(dtype)
         with torch.no_grad():
-            assert torch.equal(got, torch.stack([layer(pattern) for pattern in z]))
+            expected = torch.stack([layer(pattern) for pattern in z])
+        for way in [K.IN_ORDER, K.BLAS, K.EITHER] if mode == K.EITHER else [mode]:
+            got = torch.empty(20, batch, n, dtype=dtype)
+            for pattern, y in zip(z, got):
+                C._product(pattern, layer.weight.detach(), layer.bias.detach() if bias else None, y, way)
+            assert torch.equal(got, expected), way
     finally:
         torch.set_num_threads(previous)
     if batch == 1 and K.BLAS_LIBRARY is not None and n == 38:

@@ -211,11 +211,12 @@ _MODES: dict[tuple[Any, ...], int | None] = {}  # probe results: which summation
 def summation(layer: torch.nn.Linear, batch: int, like: torch.Tensor, spikes: bool = True) -> int | None:
     """How the loop kernel sums ``layer`` over ``batch`` rows of spikes so that it
     equals the CPU's own ``torch.nn.functional.linear`` bit for bit:
-    :data:`.cpu_kernels.IN_ORDER`, :data:`.cpu_kernels.BLAS`, or ``None`` (neither: the
-    loop is stepped). Probed once per dtype, batch size, shape and bias, with the
-    compiled product itself on :func:`.loops.probe_cases`' weights and spikes, or
-    (``spikes=False``) random values over 13 octaves; under the ``"fast"`` precision
-    policy, in index order without a probe."""
+    :data:`.cpu_kernels.IN_ORDER`, :data:`.cpu_kernels.BLAS`, :data:`.cpu_kernels.EITHER`
+    (both do), or ``None`` (neither: the loop is stepped). Probed once per dtype,
+    batch size, shape and bias, with the compiled product itself on
+    :func:`.loops.probe_cases`' weights and spikes, or (``spikes=False``) random values
+    over 13 octaves; under the ``"fast"`` precision policy, in index order without a
+    probe."""
     weight, bias = layer.weight, layer.bias
     if not weight.is_contiguous():
         return None
@@ -224,15 +225,15 @@ def summation(layer: torch.nn.Linear, batch: int, like: torch.Tensor, spikes: bo
     key = (like.dtype, batch, tuple(weight.shape), bias is not None, spikes, torch.get_num_threads())
     if key not in _MODES:
         z, w, b, expected = loops.probe_cases(layer, batch, like, spikes)
-        _MODES[key] = None
+        equal = []
         ways = (K.BLAS, K.IN_ORDER) if spikes else (K.BLAS,)  # in order: 0/1 inputs only
         for mode in ways if K.BLAS_LIBRARY else ways[1:]:
             got = torch.empty_like(expected)
             for pattern, y in zip(z, got):
                 _product(pattern, w, b, y, mode)
             if torch.equal(got, expected):
-                _MODES[key] = mode
-                break
+                equal.append(mode)
+        _MODES[key] = K.EITHER if len(equal) == 2 else (equal[0] if equal else None)
     return _MODES[key]
 
 
@@ -339,9 +340,10 @@ def _loop_forward(
     """One call of the loop kernel over the chunk ``ext`` ``[T, B, n]``: ``(spikes, layer
     outputs, v, i, trace_v, trace_i, v_pre)``. The state starts from copies of ``v0``
     and ``i0`` (``[B, n]``); ``operands`` are ``scale, a, b, r, leak, threshold, reset``
-    (:func:`.families.factors`), ``[n]`` each, or 0-d where the family has none. ``trace`` writes the state after every step;
-    ``save`` (for BPTT) the membrane before every reset in ``v_pre`` and, for CubaLIF,
-    the current after every step in ``trace_i``. What is not written is a 0-d
+    (:func:`.families.factors`), ``[n]`` each, or 0-d where the family has none.
+    ``trace`` writes the state after every step; ``save`` (for BPTT) the membrane
+    before every reset in ``v_pre`` and, for CubaLIF, the current after every step in
+    ``trace_i``. What is not written is a 0-d
     placeholder."""
     cuba = family == "cuba"
     ext = ext.detach().contiguous()

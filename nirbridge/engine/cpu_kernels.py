@@ -45,10 +45,12 @@ try:
 except ImportError:  # the back-end says so when asked for
     numba = None
 
-__all__ = ["BLAS", "BLAS_LIBRARY", "IN_ORDER", "OPTIONS", "kernel"]
+__all__ = ["BLAS", "BLAS_LIBRARY", "EITHER", "IN_ORDER", "OPTIONS", "kernel"]
 
-IN_ORDER, BLAS = 0, 1
-"""The two summation modes of a loop's layer (see the module's docstring)."""
+IN_ORDER, BLAS, EITHER = 0, 1, 2
+"""The summation modes of a loop's layer (see the module's docstring); ``EITHER``
+where both equal the CPU's product: in order at a step where fewer than one in eight
+inputs spiked (its cost is the spikes'), else BLAS (its cost is the matrix's)."""
 
 OPTIONS: dict[str, Any] = {
     "cache": True,
@@ -138,6 +140,16 @@ def _linear_rows(z, w, wt, bias, has_bias, y, mode, sparse, chars, dims, scalars
     bias, else 0 (``chars``, ``dims``, ``scalars`` hold those arguments)."""
     batch, inputs = z.shape
     outputs = y.shape[1]
+    if mode == 2:  # either: in order where few spiked (the zeros are skipped), else BLAS
+        mode = 1
+        if sparse:
+            count = 0
+            for row in range(batch):
+                for k in range(inputs):
+                    if z[row, k] != zero:
+                        count += 1
+            if count * 8 < batch * inputs:
+                mode = 0
     if mode == 1:
         if has_bias:
             for row in range(batch):
@@ -312,18 +324,19 @@ def _loop(
             else:
                 for j in range(n):
                     x[j] = ext[t, row, j]
-            for j in range(n):  # the update: membrane before the reset into ``pending``
-                p = scale[j] * x[j]
-                vj = v[row, j]
-                if family == 0:
-                    vj = vj + p
-                elif family == 1:
-                    vj = vj + a[j] * ((leak[j] - vj) + p)
-                else:
-                    ij = i[row, j] + (p - i[row, j]) * a[j]
+            if family == 0:  # the update: membrane before the reset into ``pending``
+                for j in range(n):
+                    pending[j] = v[row, j] + scale[j] * x[j]
+            elif family == 1:
+                for j in range(n):
+                    vj = v[row, j]
+                    pending[j] = vj + a[j] * ((leak[j] - vj) + scale[j] * x[j])
+            else:
+                for j in range(n):
+                    ij = i[row, j] + (scale[j] * x[j] - i[row, j]) * a[j]
                     i[row, j] = ij
-                    vj = vj + ((leak[j] - vj) + ij * r[j]) * b[j]
-                pending[j] = vj
+                    vj = v[row, j]
+                    pending[j] = vj + ((leak[j] - vj) + ij * r[j]) * b[j]
             if keep_i:
                 for j in range(n):
                     trace_i[t, row, j] = i[row, j]

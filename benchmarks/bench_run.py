@@ -86,11 +86,12 @@ NIRTORCH = "nirtorch 2.6 stepping"
 EAGER = "nirbridge.run eager"
 COMPILED = "nirbridge.run compile"
 TRITON = "nirbridge.run triton"
+CPU = "nirbridge.run cpu (default)"
 SNNTORCH = "snntorch native"
 NORSE = "norse native"
 SPIKINGJELLY = "spikingjelly multi-step"
 FLOOR = "layers alone (floor)"
-VARIANTS = (STEP, NIRTORCH, EAGER, COMPILED, TRITON, SNNTORCH, NORSE, SPIKINGJELLY, FLOOR)
+VARIANTS = (STEP, NIRTORCH, EAGER, COMPILED, TRITON, CPU, SNNTORCH, NORSE, SPIKINGJELLY, FLOOR)
 
 # (network, variant, reference) -> minimum speedup; reference None = the network's reference
 TARGETS = {
@@ -101,6 +102,7 @@ TARGETS = {
     ("srnn", COMPILED, None): 7.0,
     ("cnn", COMPILED, None): 1.5,
     ("dense", COMPILED, SNNTORCH): 5.0,
+    ("dense", CPU, None): 5.5,  # the native CPU engine (issue 33); cnn: no slower than compile
 }
 # on CUDA: (network, variant) -> (reference, at most this many times the reference's ms),
 # or (None, at most this many ms)
@@ -420,6 +422,9 @@ def bench_network(name: str, args, results: dict) -> None:
         if device.startswith("cuda"):  # the Triton kernels (on the CPU only its interpreter runs them)
             variants[TRITON] = run_variant(gm, inputs, sync, backend="triton")
             assert torch.equal(variants[TRITON](), reference_out), f"{name}: run triton != stepping"
+        else:  # the CPU back-end, run's default on the CPU
+            variants[CPU] = run_variant(gm, inputs, sync, backend="cpu")
+            assert torch.equal(variants[CPU](), reference_out), f"{name}: run cpu != stepping"
 
         try:
             variants[COMPILED], cold, note = prepare_compiled(gm, inputs, sync, reference_out)
@@ -643,6 +648,13 @@ def print_summary(results: dict, args) -> None:
             print(
                 f"{name:<7} {label:<28} {'':>10} {'':^19} {f'{ratio:.2f}x ({lo:.2f}-{hi:.2f})':>22}  {mark}"
             )
+        if CPU in times and COMPILED in times:  # the CPU engine's target on cnn: no slower than compile
+            ratio, lo, hi = speedup(times, CPU, COMPILED)
+            mark = f">= 1.0x {'PASS' if ratio >= 1.0 else 'FAIL'}" if name == "cnn" else ""
+            label = "cpu vs compile"
+            print(
+                f"{name:<7} {label:<28} {'':>10} {'':^19} {f'{ratio:.2f}x ({lo:.2f}-{hi:.2f})':>22}  {mark}"
+            )
         if COMPILED in times and SPIKINGJELLY in times:
             ratio, lo, hi = speedup(times, COMPILED, SPIKINGJELLY)
             label = "compile vs spikingjelly"
@@ -682,8 +694,8 @@ def print_summary(results: dict, args) -> None:
 
 def bench_bptt(args, results: dict) -> None:
     """Forward and backward (BPTT), T=500, batch 32, ms per sequence: on the dense chain
-    run eager, run triton (on CUDA) and spikingjelly's multi-step LIF; on the Braille
-    SRNN run eager and run triton (on CUDA)."""
+    run eager, run triton (on CUDA) or cpu (on the CPU) and spikingjelly's multi-step LIF;
+    on the Braille SRNN run eager and run triton or cpu."""
     device, sync = args.device, sync_fn(args.device)
     results["bptt"] = {}
     for case, factory, width in (("bptt-dense", dense_graph, 128), ("bptt-srnn", NETWORKS["srnn"][1], 7)):
@@ -714,8 +726,9 @@ def bench_bptt(args, results: dict) -> None:
                 sync()
 
             variants[SPIKINGJELLY] = through_jelly
-        if device.startswith("cuda"):
-            variants[TRITON] = through_run("triton")
+        variants[TRITON if device.startswith("cuda") else CPU] = through_run(
+            "triton" if device.startswith("cuda") else "cpu"
+        )
         for fn in variants.values():
             fn()
         times = measure(variants, max(3, args.repeats // 3))
@@ -727,7 +740,10 @@ def bench_bptt(args, results: dict) -> None:
         for name, values in times.items():
             ratio, lo, hi = speedup(times, name, reference)
             median = statistics.median(values)
-            print(f"   {name:<28} {median:9.1f}  {ratio:5.2f}x {reference} ({lo:.2f}-{hi:.2f})")
+            mark = ""
+            if name == CPU and reference == SPIKINGJELLY:  # issue 33: 1.5x spikingjelly's BPTT on the CPU
+                mark = f"  target >= 1.5x {'PASS' if ratio >= 1.5 else 'FAIL'}"
+            print(f"   {name:<28} {median:9.1f}  {ratio:5.2f}x {reference} ({lo:.2f}-{hi:.2f}){mark}")
 
 
 def gpu_targets(results: dict) -> list[str]:

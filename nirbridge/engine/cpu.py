@@ -115,13 +115,13 @@ def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
     steps, shape = x.shape[0], module._shape(x[0])
     cuba = family == "cuba"
     spiking = isinstance(module, (M.IF, M.LIF, M.CubaLIF))
-    pre, v0, i0, *rest = scan_operands(module, family, x, state)
-    operands = (pre.reshape(steps, -1), v0.reshape(-1), i0.reshape(-1) if cuba else i0, *rest)
     if module.needs_grad(x, state):
+        pre, v0, i0, *rest = scan_operands(module, family, x, state)
+        operands = (pre.reshape(steps, -1), v0.reshape(-1), i0.reshape(-1) if cuba else i0, *rest)
         out, v, i, trace_v, trace_i, _ = _Scan.apply(*operands, FAMILIES[family], spiking)
     else:
         with torch.no_grad():
-            out, v, i, trace_v, trace_i, _ = _scan(*operands, FAMILIES[family], spiking, trace, False)
+            out, v, i, trace_v, trace_i, _ = _scan_rows(module, family, spiking, x, state, shape, trace)
     traces: dict[str, torch.Tensor] = {}
     if trace:
         traces["v"] = trace_v.reshape(steps, *shape)
@@ -131,29 +131,57 @@ def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
     return out.reshape(steps, *shape), new_state, traces
 
 
+def _scan_rows(
+    module: M.Neuron, family: str, spiking: bool, x: torch.Tensor, state: Any, shape: torch.Size, trace: bool
+) -> tuple[torch.Tensor, ...]:
+    """The scan without gradients: the input ``x`` as it is, and the scale and parameters
+    once per neuron of a row (``[M]``, ``M`` the population's size without the batch),
+    not per row; the kernel forms the input term ``scale · x`` itself (the same
+    multiplication as torch's). Where a parameter differs between the rows (none of
+    nirbridge's do), every row gets its own copy."""
+    dummy = x.new_zeros(())
+    threshold, reset = (module.v_threshold, module.v_reset) if spiking else (dummy, dummy)
+    operands = (*factors(module, family, dummy), threshold, reset)
+    rows = shape[0] if all(t.dim() < len(shape) or t.shape[0] == 1 for t in operands) else 1
+    if rows > 1:  # [M]: the population without the batch
+        flat = [
+            t if t is dummy else (t[0] if t.dim() == len(shape) else t).expand(shape[1:]) for t in operands
+        ]
+    else:  # [N]
+        flat = [t if t is dummy else t.expand(shape) for t in operands]
+    flat = [t if t is dummy else t.contiguous().reshape(-1) for t in flat]
+    inputs = x.expand(x.shape[0], *shape).reshape(x.shape[0], -1)
+    v0 = state.v.expand(shape).reshape(-1)
+    i0 = state.i.expand(shape).reshape(-1) if family == "cuba" else dummy
+    return _scan(inputs, v0, i0, *flat, FAMILIES[family], spiking, trace, False, rows)
+
+
 def _flat(operands: tuple[torch.Tensor, ...], stand_in: torch.Tensor) -> list[torch.Tensor]:
     """The operands as the kernels take them: ``[N]`` (a population's shape flattened),
     a 0-d placeholder (an operand the family does not read) replaced by ``stand_in``."""
     return [t.reshape(-1) if t.dim() else stand_in for t in operands]
 
 
-def _scan(pre, v0, i0, a, b, r, leak, threshold, reset, family, spiking, trace, save) -> tuple:  # type: ignore[no-untyped-def]
-    """One call of the forward kernel over ``pre`` ``[T, N]`` from copies of ``v0``,
-    ``i0`` ``[N]``: ``(out, v, i, trace_v, trace_i, v_pre)``; what a family does not have
-    (``i`` without a current, traces not asked for) is a 0-d placeholder."""
+def _scan(x, v0, i0, scale, a, b, r, leak, threshold, reset, family, spiking, trace, save, rows) -> tuple:  # type: ignore[no-untyped-def]
+    """One call of the forward kernel over ``x`` ``[T, N]`` from copies of ``v0``, ``i0``
+    ``[N]``, with ``scale`` and the parameters ``[N / rows]`` (the same for each of the
+    ``rows``; 0-d where a family has none): ``(out, v, i, trace_v, trace_i, v_pre)``;
+    what a family does not have (``i`` without a current, traces not asked for) is a
+    0-d placeholder."""
+    x = x.contiguous()
     cuba = family == 2
-    v = v0.detach().clone()
-    i = i0.detach().clone() if cuba else v
-    out = torch.empty_like(pre)
-    trace_v = torch.empty_like(pre) if trace else out
-    trace_i = torch.empty_like(pre) if trace and cuba else trace_v
-    v_pre = torch.empty_like(pre) if save else out
-    one, zero = _kinds(pre.dtype)
+    v = v0.detach().contiguous().clone()
+    i = i0.detach().contiguous().clone() if cuba else v
+    out = torch.empty_like(x)
+    trace_v = torch.empty_like(x) if trace else out
+    trace_i = torch.empty_like(x) if trace and cuba else trace_v
+    v_pre = torch.empty_like(x) if save else out
+    one, zero = _kinds(x.dtype)
     K.kernel("scan")(
-        *_arrays((pre, v, i, *_flat((a, b, r, leak, threshold, reset), v), out, trace_v, trace_i, v_pre)),
-        family, spiking, trace, save, one, zero,
+        *_arrays((x, v, i, *_flat((scale, a, b, r, leak, threshold, reset), scale))),
+        *_arrays((out, trace_v, trace_i, v_pre)), rows, family, spiking, trace, save, one, zero,
     )  # fmt: skip
-    placeholder = pre.new_zeros(())
+    placeholder = x.new_zeros(())
     return (
         out,
         v,
@@ -170,7 +198,8 @@ class _Scan(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, pre, v0, i0, a, b, r, leak, threshold, reset, family, spiking):  # type: ignore[override]
-        results = _scan(pre, v0, i0, a, b, r, leak, threshold, reset, family, spiking, True, True)
+        ones = torch.ones_like(v0)  # the input term is pre itself: 1 · pre = pre, exactly
+        results = _scan(pre, v0, i0, ones, a, b, r, leak, threshold, reset, family, spiking, True, True, 1)
         out, _, _, trace_v, trace_i, v_pre = results
         operands = _flat((a, b, r, leak, threshold, reset), v0)
         cuba = family == 2

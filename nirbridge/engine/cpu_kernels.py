@@ -182,58 +182,53 @@ def _linear_steps(x, w, wt, bias, has_bias, y, mode, sparse, chars, dims, scalar
 
 
 def _scan(
-    pre,
-    v,
-    i,
-    a,
-    b,
-    r,
-    leak,
-    threshold,
-    reset,
-    out,
-    trace_v,
-    trace_i,
-    v_pre,
-    family,
-    spiking,
-    trace,
-    save,
-    one,
-    zero,
-):  # type: ignore[no-untyped-def]
-    """Over ``T`` steps and ``N`` neurons (``pre``, ``out``, traces, ``v_pre`` ``[T, N]``;
-    state and parameters ``[N]``): FAMILY 0 (I, IF) ``v += p``; 1 (LI, LIF)
+    x, v, i, scale, a, b, r, leak, threshold, reset, out, trace_v, trace_i, v_pre,
+    rows, family, spiking, trace, save, one, zero,
+):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Over ``T`` steps and ``N = rows · M`` neurons (``x``, ``out``, traces, ``v_pre``
+    ``[T, N]``; state ``[N]``; ``scale`` and the parameters ``[M]``, the same for every
+    row): the input term ``p = scale · x``, then FAMILY 0 (I, IF) ``v += p``; 1 (LI, LIF)
     ``v += a ((leak - v) + p)``; 2 (CubaLI, CubaLIF) ``i += (p - i) a``,
     ``v += ((leak - v) + i r) b``; spiking: ``z = v > threshold``,
     ``v = (1 - z) v + z reset``. ``trace`` writes the state after every step, ``save``
-    the membrane before every reset (for BPTT)."""
-    steps, n = pre.shape
+    the membrane before every reset (for BPTT). Each step is a few short loops that
+    each write few arrays, so that LLVM vectorizes them."""
+    steps, n = x.shape
+    m = n // rows
     for t in range(steps):
-        for j in range(n):
-            p = pre[t, j]
-            vj = v[j]
+        for row in range(rows):
+            o = row * m
             if family == 0:
-                vj = vj + p
+                for k in range(m):
+                    v[o + k] = v[o + k] + scale[k] * x[t, o + k]
             elif family == 1:
-                vj = vj + a[j] * ((leak[j] - vj) + p)
+                for k in range(m):
+                    vj = v[o + k]
+                    v[o + k] = vj + a[k] * ((leak[k] - vj) + scale[k] * x[t, o + k])
             else:
-                ij = i[j] + (p - i[j]) * a[j]
-                i[j] = ij
-                vj = vj + ((leak[j] - vj) + ij * r[j]) * b[j]
-                if trace:
-                    trace_i[t, j] = ij
+                for k in range(m):
+                    ij = i[o + k] + (scale[k] * x[t, o + k] - i[o + k]) * a[k]
+                    i[o + k] = ij
+                    vj = v[o + k]
+                    v[o + k] = vj + ((leak[k] - vj) + ij * r[k]) * b[k]
             if save:
-                v_pre[t, j] = vj
+                for k in range(m):
+                    v_pre[t, o + k] = v[o + k]
             if spiking:
-                z = one if vj > threshold[j] else zero
-                out[t, j] = z
-                vj = (one - z) * vj + z * reset[j]
+                for k in range(m):
+                    vj = v[o + k]
+                    z = one if vj > threshold[k] else zero
+                    out[t, o + k] = z
+                    v[o + k] = (one - z) * vj + z * reset[k]
             else:
-                out[t, j] = vj
-            v[j] = vj
-            if trace:
-                trace_v[t, j] = vj
+                for k in range(m):
+                    out[t, o + k] = v[o + k]
+        if trace:
+            for j in range(n):
+                trace_v[t, j] = v[j]
+            if family == 2:
+                for j in range(n):
+                    trace_i[t, j] = i[j]
 
 
 def _scan_backward(

@@ -169,7 +169,8 @@ def main() -> None:
         theirs = peer["ms"][str(batch)]["median"] if peer else None
         ratio = f"{statistics.median(times['run']) / theirs:8.2f}x" if theirs else "       -"
         row = " ".join(fmt(times[name]) for name in ("run", "eager", "stepping", "floor"))
-        print(f"{batch:>4} {row} {theirs if theirs else '-':>10}  {ratio}  {exact}")
+        shown = f"{theirs:10.2f}" if theirs else f"{'-':>10}"
+        print(f"{batch:>4} {row} {shown}  {ratio}  {exact}")
     print("\nfirst call of run in a fresh process (s): cold (empty numba cache), warm")
     for batch in args.batches:
         cold, warm = first_call(batch)

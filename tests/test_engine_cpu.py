@@ -58,6 +58,23 @@ def test_the_scan_equals_stepping_bit_for_bit(kind, dtype, rng):
         assert 0 < expected.sum() < expected.numel(), "the test should spike, and not always"
 
 
+@pytest.mark.parametrize("tau_shape", [(6,), (1, 6), (3, 6), (3, 1)])
+def test_parameters_that_broadcast_over_the_batch_or_differ_per_row(tau_shape, rng):
+    """Parameters the rows share (``[n]``, ``[1, n]``) are read once per neuron of a row;
+    one with a row axis (``[B, n]``, ``[B, 1]``) gives every row its own: each equal to
+    stepping, outputs and state."""
+    from nirbridge.neurons import CubaLIF
+
+    tau = torch.from_numpy(rng.uniform(2e-4, 1e-3, tau_shape))
+    module = CubaLIF(tau_syn=tau, tau_mem=rng.uniform(2e-4, 2e-3, 6), r=2.0, v_leak=0.1, v_threshold=1.0)
+    x = torch.from_numpy(rng.uniform(-1, 8, (25, 3, 6)))
+    with torch.no_grad():
+        out, state, _ = C.scan(module, x, None, False)
+        expected, final, _ = stepped(module, x, None)
+    assert torch.equal(out, expected) and 0 < out.sum() < out.numel()
+    assert all(torch.equal(a, b) for a, b in zip(state, final))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("kind", KINDS)
 def test_shared_parameters_a_fresh_state_and_membranes_on_the_threshold(kind, dtype, rng):

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
 import nirbridge
 from nirbridge.engine import schedule
-from nirbridge.engine.schedule import CACHE_BYTES, CHUNK_ROWS, chunk_length, level_of, step_bytes
+from nirbridge.engine.schedule import (
+    CACHE_BYTES,
+    CHUNK_ROWS,
+    CPU_CHUNK_ROWS,
+    chunk_length,
+    level_of,
+    step_bytes,
+)
 from tests.conftest import EXAMPLES
 from tests.graphs import affine_lif
 
 CNN = EXAMPLES / "NIR__paper__02_cnn__cnn_sinabs.nir"
+SRNN = EXAMPLES / "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir"
 
 
 def test_chunk_length_follows_what_a_chunk_costs():
@@ -24,6 +34,33 @@ def test_chunk_length_follows_what_a_chunk_costs():
     assert chunk_length(4, 1, 10**6) == CHUNK_ROWS == 4096
     # a step larger than the cache share still runs, one step at a time
     assert chunk_length(64 << 20, 256, 100) == 1
+    # the CPU back-end: more rows a chunk, the cache share still binding
+    assert chunk_length(32 * 38 * 4, 32, 500, CPU_CHUNK_ROWS) == 500
+    assert chunk_length(256 * 38 * 4, 256, 500, CPU_CHUNK_ROWS) == CPU_CHUNK_ROWS // 256 == 64
+    assert chunk_length(32 * 16 * 16 * 16 * 4, 32, 300, CPU_CHUNK_ROWS) == 8
+
+
+def test_a_cpu_run_takes_the_cpu_chunk_length(monkeypatch):
+    """run's chunks follow the back-end that runs them (seen by the chunk lengths the
+    stepper gets)."""
+    from nirbridge.engine import cpu
+
+    lengths = []
+    real = cpu.cpu_stepper
+
+    def counting(*args):
+        stepper = real(*args)
+        return lambda xs, state: lengths.append(next(iter(xs.values())).shape[0]) or stepper(xs, state)
+
+    monkeypatch.setattr(cpu, "cpu_stepper", counting)
+    gm = nirbridge.nir_to_torch(nirbridge.read(SRNN), dt=1e-4)
+    x = torch.zeros(500, 32, 12)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
+        nirbridge.run(gm, x)
+        assert lengths == [500]
+        nirbridge.run(gm, x, backend="eager")
+    assert lengths == [500]  # the eager back-end is not the cpu stepper
 
 
 def test_step_bytes_come_from_the_declared_shapes():

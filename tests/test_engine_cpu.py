@@ -447,3 +447,28 @@ def test_a_trainable_loop_runs_compiled_without_gradients(rng, loop_calls):
         eager = nirbridge.run(gm, x, chunk=3, backend="eager")
     assert torch.equal(compiled.output, eager.output)
     assert len(loop_calls) == 2
+
+
+def test_a_kernel_numba_cannot_build_falls_back_to_eager_once(monkeypatch, rng):
+    """A numba that cannot build a kernel (here: told to fail) leaves the run exact and
+    eager from then on, said once with a CompileWarning."""
+    import numba
+
+    def broken(name):
+        def call(*args):
+            raise numba.core.errors.LoweringError("no code for this machine")
+
+        return call
+
+    monkeypatch.setattr(K, "kernel", broken)
+    monkeypatch.setattr(C, "_failed", [])
+    gm = nirbridge.nir_to_torch(loop_graph(rng, "CubaLIF"), dt=1e-4)
+    x = torch.from_numpy(rng.uniform(0, 1.5, (6, 1, 3))).float()
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = nirbridge.run(gm, x, backend="cpu")
+        second = nirbridge.run(gm, x, backend="cpu")
+        eager = nirbridge.run(gm, x, backend="eager")
+    said = [w for w in caught if issubclass(w.category, nirbridge.CompileWarning)]
+    assert len(said) == 1 and "numba could not build" in str(said[0].message), [str(w.message) for w in said]
+    assert torch.equal(first.output, eager.output) and torch.equal(second.output, eager.output)

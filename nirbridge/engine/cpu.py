@@ -50,12 +50,13 @@ in milliseconds. Without numba this back-end raises
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..errors import BackendUnavailableError
+from ..errors import BackendUnavailableError, CompileWarning
 from ..neurons import functional as F
 from ..neurons import modules as M
 from . import cpu_kernels as K
@@ -68,6 +69,24 @@ from .schedule import Level, Request
 __all__ = ["cpu_stepper", "layer_steps", "run_loop", "scan", "summation", "unavailable"]
 
 _DTYPES = (torch.float32, torch.float64)
+
+
+_failed: list[Exception] = []  # a kernel numba could not build: eager from then on
+_BUILD_ERRORS: tuple[type[Exception], ...] = (K.numba.core.errors.NumbaError,) if K.numba is not None else ()
+
+
+def give_up(error: Exception) -> None:
+    """Remember that numba could not build a kernel here (everything runs eagerly from
+    then on) and say so once, as a :class:`~nirbridge.CompileWarning`."""
+    _failed.append(error)
+    text = str(error).strip()
+    warnings.warn(
+        f"run(backend='cpu'): numba could not build its kernel on this machine, so neurons and "
+        f"loops run eagerly from now on ({type(error).__name__}: {text.splitlines()[0] if text else ''}); "
+        "please report it with `nirbridge selftest --json`",
+        CompileWarning,
+        stacklevel=7,
+    )
 
 
 def unavailable(device: torch.device) -> str | None:
@@ -106,6 +125,7 @@ def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
     family = FAMILY_OF.get(type(module))
     if (
         family is None
+        or _failed
         or x.dtype not in _DTYPES
         or any(getattr(module, name).dtype != x.dtype for name in module.params)
     ):
@@ -115,13 +135,17 @@ def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
     steps, shape = x.shape[0], module._shape(x[0])
     cuba = family == "cuba"
     spiking = isinstance(module, (M.IF, M.LIF, M.CubaLIF))
-    if module.needs_grad(x, state):
-        pre, v0, i0, *rest = scan_operands(module, family, x, state)
-        operands = (pre.reshape(steps, -1), v0.reshape(-1), i0.reshape(-1) if cuba else i0, *rest)
-        out, v, i, trace_v, trace_i, _ = _Scan.apply(*operands, FAMILIES[family], spiking)
-    else:
-        with torch.no_grad():
-            out, v, i, trace_v, trace_i, _ = _scan_rows(module, family, spiking, x, state, shape, trace)
+    try:
+        if module.needs_grad(x, state):
+            pre, v0, i0, *rest = scan_operands(module, family, x, state)
+            operands = (pre.reshape(steps, -1), v0.reshape(-1), i0.reshape(-1) if cuba else i0, *rest)
+            out, v, i, trace_v, trace_i, _ = _Scan.apply(*operands, FAMILIES[family], spiking)
+        else:
+            with torch.no_grad():
+                out, v, i, trace_v, trace_i, _ = _scan_rows(module, family, spiking, x, state, shape, trace)
+    except _BUILD_ERRORS as error:
+        give_up(error)
+        return scan_neuron(module, x, state, trace)
     traces: dict[str, torch.Tensor] = {}
     if trace:
         traces["v"] = trace_v.reshape(steps, *shape)
@@ -288,7 +312,8 @@ def layer_steps(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
     :func:`summation` finds it equal to the CPU's own product), differentiable;
     ``None`` (stepped by the caller) otherwise."""
     if (
-        type(layer) is not torch.nn.Linear
+        _failed
+        or type(layer) is not torch.nn.Linear
         or layer._forward_hooks
         or layer._forward_pre_hooks
         or x.dim() != 3
@@ -297,12 +322,16 @@ def layer_steps(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
         or summation(layer, x.shape[1], x, spikes=False) != K.BLAS
     ):
         return None
-    if torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (x, layer.weight, layer.bias)
-    ):
-        return _Linear.apply(x, layer.weight, layer.bias)
-    with torch.no_grad():
-        return _linear_steps(x, layer.weight, layer.bias)
+    try:
+        if torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (x, layer.weight, layer.bias)
+        ):
+            return _Linear.apply(x, layer.weight, layer.bias)
+        with torch.no_grad():
+            return _linear_steps(x, layer.weight, layer.bias)
+    except _BUILD_ERRORS as error:
+        give_up(error)
+        return None
 
 
 def _linear_steps(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -420,7 +449,7 @@ def _loop_scan(
     dtypes than float32 and float64, and sums that equal neither kernel mode, are
     stepped (:class:`.loops.Stepped`)."""
     batch, n = ext.shape[1:]
-    mode = summation(layer, batch, ext) if ext.dtype in _DTYPES else None
+    mode = summation(layer, batch, ext) if ext.dtype in _DTYPES and not _failed else None
     if mode is None:
         raise loops.Stepped
     cuba = family == "cuba"
@@ -435,11 +464,19 @@ def _loop_scan(
     except RuntimeError:  # an operand with a batch dimension (none of nirbridge's)
         raise loops.Stepped from None
     arguments = (ext, layer.weight, layer.bias, previous, v0, i0, *operands)
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in arguments):
-        return _Loop.apply(*arguments, family, trace, mode)[:6]
-    with torch.no_grad():
-        weight, bias = layer.weight, layer.bias
-        return _loop_forward(family, ext, operands, weight, bias, v0, i0, previous, trace, False, mode)[:6]
+    try:
+        if torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in arguments
+        ):
+            return _Loop.apply(*arguments, family, trace, mode)[:6]
+        with torch.no_grad():
+            weight, bias = layer.weight, layer.bias
+            return _loop_forward(family, ext, operands, weight, bias, v0, i0, previous, trace, False, mode)[
+                :6
+            ]
+    except _BUILD_ERRORS as error:
+        give_up(error)
+        raise loops.Stepped from None
 
 
 class _Loop(torch.autograd.Function):
@@ -539,7 +576,9 @@ run_loop = functools.partial(
     loops.run_loop,
     scan=_loop_scan,
     grad_scan=_loop_scan,
-    summed=lambda layer, batch, like: like.dtype in _DTYPES and summation(layer, batch, like) is not None,
+    summed=lambda layer, batch, like: (
+        like.dtype in _DTYPES and not _failed and summation(layer, batch, like) is not None
+    ),
 )
 """A small ``neuron ⇄ linear`` loop over the chunk in one compiled loop (with
 gradients, and its reverse-time kernel), where :func:`summation` finds the kernel's

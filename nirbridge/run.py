@@ -39,8 +39,6 @@ from .engine import precision as _precision
 from .engine import selfcheck as _selfcheck
 from .engine.eager import eager_stepper
 from .engine.schedule import (
-    CHUNK_ROWS,
-    CPU_CHUNK_ROWS,
     SPIKING,
     Level,
     RecordError,
@@ -381,9 +379,9 @@ def run(
     passed = state  # as given, for the NaN check after the run
     collector = _Collector(steps, need_grad, bool_spikes, estimated=level is not None)
     known = step_bytes(level, batch, dtype.itemsize) if level is not None else None
-    rows = CPU_CHUNK_ROWS if chosen == "cpu" else CHUNK_ROWS
+    cpu = chosen == "cpu"
     length = chunk or (
-        chunk_length(known, batch, steps, rows) if known is not None else min(steps, _FIRST_CHUNK)
+        chunk_length(known, batch, steps, cpu) if known is not None else min(steps, _FIRST_CHUNK)
     )
     shortest = 2 if chosen == "compile" and chunk is None else 1  # compiled chunks take 2 steps or more
     length = max(shortest, length)
@@ -408,7 +406,7 @@ def run(
                     spikes = spike_types.get(name) in SPIKING
                     collector.add(("", name), value, start, spikes, alias=same.get(id(value)))
                 if chunk is None and known is None and start == 0:  # from what the first chunk computed
-                    length = max(shortest, chunk_length(largest, batch, steps, rows))
+                    length = max(shortest, chunk_length(largest, batch, steps, cpu))
                 if bar is not None:
                     bar.update(stop - start)
                 start = stop

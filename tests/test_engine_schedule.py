@@ -34,10 +34,13 @@ def test_chunk_length_follows_what_a_chunk_costs():
     assert chunk_length(4, 1, 10**6) == CHUNK_ROWS == 4096
     # a step larger than the cache share still runs, one step at a time
     assert chunk_length(64 << 20, 256, 100) == 1
-    # the CPU back-end: more rows a chunk, the cache share still binding
-    assert chunk_length(32 * 38 * 4, 32, 500, CPU_CHUNK_ROWS) == 500
-    assert chunk_length(256 * 38 * 4, 256, 500, CPU_CHUNK_ROWS) == CPU_CHUNK_ROWS // 256 == 64
-    assert chunk_length(32 * 16 * 16 * 16 * 4, 32, 300, CPU_CHUNK_ROWS) == 8
+    # the CPU back-end: more rows a chunk while they fill half the cache share
+    assert chunk_length(32 * 38 * 4, 32, 500, cpu=True) == CACHE_BYTES // (32 * 38 * 4) // 2 == 431
+    assert chunk_length(256 * 38 * 4, 256, 500, cpu=True) == CACHE_BYTES // (256 * 38 * 4) // 2 == 53
+    assert chunk_length(16 * 38 * 4, 16, 500, cpu=True) == 500
+    assert chunk_length(4, 1, 10**6, cpu=True) == CPU_CHUNK_ROWS
+    assert chunk_length(32 * 128 * 4, 32, 500, cpu=True) == 128  # the dense chain: as before
+    assert chunk_length(32 * 16 * 16 * 16 * 4, 32, 300, cpu=True) == 8
 
 
 def test_a_cpu_run_takes_the_cpu_chunk_length(monkeypatch):
@@ -58,9 +61,9 @@ def test_a_cpu_run_takes_the_cpu_chunk_length(monkeypatch):
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
         nirbridge.run(gm, x)
-        assert lengths == [500]
+        assert lengths == [431, 69]
         nirbridge.run(gm, x, backend="eager")
-    assert lengths == [500]  # the eager back-end is not the cpu stepper
+    assert lengths == [431, 69]  # the eager back-end is not the cpu stepper
 
 
 def test_step_bytes_come_from_the_declared_shapes():

@@ -196,11 +196,14 @@ CHUNK_ROWS = 4096
 """A chunk folds at most this many rows (time steps x batch) into one operation."""
 
 CPU_CHUNK_ROWS = 16384
-""":data:`CHUNK_ROWS` for the CPU back-end, whose compiled loops cost the same per step
-however long the chunk, while its per-chunk set-up (operands, buffers, autograd) is a
-Python round trip: measured on 1 thread, the Braille SRNN ran fastest with 64-step
-chunks at batch 256 (42 ms against 63 ms with 16) and whole 500-step ones at batch 32
-(5.2 ms against 7.1 ms with 128)."""
+"""How far the CPU back-end lengthens a chunk past :data:`CHUNK_ROWS` rows, while its
+nodes' values stay within half of :data:`CACHE_BYTES`: its compiled loops cost the same
+per step however long the chunk, while its per-chunk set-up (operands, buffers,
+autograd) is a Python round trip. Measured on 1 thread, the Braille SRNN ran fastest
+with 64-step chunks at batch 256 (42 ms against 63 ms with 16) and whole 500-step ones
+at batch 32 (5.2 ms against 7.1 ms with 128); the half keeps the dense chain's chunks
+(and its peak memory: 148 MiB against 97 MiB for T=5000 with 256-step chunks) as they
+were."""
 
 
 def step_bytes(level: Level, batch: int, element_size: int) -> int | None:
@@ -267,10 +270,10 @@ def run_bytes(
     return per_step * batch * steps
 
 
-def chunk_length(largest_step_bytes: int, batch: int, steps: int, rows: int = CHUNK_ROWS) -> int:
-    """Time steps per chunk, from what a chunk costs: at most ``rows`` rows (steps x
-    batch; :data:`CHUNK_ROWS`, or :data:`CPU_CHUNK_ROWS` for the CPU back-end) per
-    operation and :data:`CACHE_BYTES` of the largest node's values,
+def chunk_length(largest_step_bytes: int, batch: int, steps: int, cpu: bool = False) -> int:
+    """Time steps per chunk, from what a chunk costs: at most :data:`CHUNK_ROWS` rows
+    (steps x batch; for the CPU back-end, ``cpu``, up to :data:`CPU_CHUNK_ROWS` where
+    that keeps half the cache share) per operation and :data:`CACHE_BYTES` of the largest node's values,
     at least 1 step and at most ``steps``.
 
     A chunk pays its per-operation overhead once for all its steps, so longer is better
@@ -283,7 +286,10 @@ def chunk_length(largest_step_bytes: int, batch: int, steps: int, rows: int = CH
     (4 MiB of feature maps per node; 16 steps ran slower, 1 no faster than stepping).
     """
     fitting = CACHE_BYTES // max(1, largest_step_bytes)
-    return max(1, min(steps, fitting, rows // max(1, batch)))
+    rows = CHUNK_ROWS // max(1, batch)
+    if cpu:
+        rows = max(rows, min(CPU_CHUNK_ROWS // max(1, batch), fitting // 2))
+    return max(1, min(steps, fitting, rows))
 
 
 def describe(level: Level, batch: int = 32, steps: int = 500, element_size: int = 4) -> str:

@@ -8,12 +8,15 @@ paper's Braille SRNN, T=500, float32, random 0/1 spikes at 0.3, one thread.
     SPYX_PYTHON=/path/to/venv/bin/python python benchmarks/bench_cpu.py
 
 Figures are ms per sequence, median and min-max over the repeats, the variants taking
-turns within every repeat. spyx runs in a subprocess (benchmarks/peer_spyx.py, its
-docstring says how to make its virtualenv; by default /work/spyx-venv, or SPYX_PYTHON),
-before nirbridge's variants, pinned to one thread by XLA's flags; it is left out, and
-the table says so, where that Python is missing. The floor is the graph's matrix
-products alone: the input layer over all rows, the recurrent layer once per step on the
-recorded spikes, the output layer over all rows.
+turns within every repeat. ``run`` is timed as a notebook calls it (the imported
+module's weights are parameters, so autograd keeps what a backward pass needs) and
+under ``torch.no_grad()``, as spyx's jitted inference runs. spyx runs in a subprocess
+(benchmarks/peer_spyx.py, its docstring says how to make its virtualenv; by default
+/work/spyx-venv, or SPYX_PYTHON), before nirbridge's variants, pinned to one thread by
+XLA's flags; it is left out, and the table says so, where that Python is missing. The
+floor is the graph's matrix products alone: the input layer over all rows, the recurrent
+layer once per step on the recorded spikes, the output layer over all rows (500 torch
+calls at batch 1, which is why it is slower than ``run`` there).
 
 First call: ``run`` once in a fresh process (after ``import nirbridge`` and building
 the module), with numba's disk cache in an empty folder (cold: every kernel compiled)
@@ -150,16 +153,23 @@ def main() -> None:
         print(f"spyx: not run ({SPYX_PYTHON} missing: see benchmarks/peer_spyx.py)")
     gm = nirbridge.nir_to_torch(nirbridge.read(SRNN_FILE), dt=DT)
     print(f"\nBraille SRNN, ms per sequence, median (min-max) of {repeats}")
-    header = f"{'B':>4} {'run (default)':>22} {'run eager':>22} {'stepping':>22} {'floor':>22} {'spyx':>10}"
-    print(header + "  run/spyx  exact")
+    header = f"{'B':>4} {'run (default)':>22} {'run, no_grad':>22} {'run eager':>22} {'stepping':>22}"
+    header += f" {'floor':>22} {'spyx':>10}"
+    print(header + "  run/spyx (no_grad)  exact")
     for batch in args.batches:
         x = inputs(batch)
         with torch.no_grad():
             spikes = nirbridge.run(gm, x, record="lif1.lif").records["lif1.lif"]
             exact = torch.equal(nirbridge.run(gm, x).output, stepping(gm, x))
+
+        def inference(x: torch.Tensor = x) -> None:
+            with torch.no_grad():
+                nirbridge.run(gm, x)
+
         times = measure(
             {
                 "run": lambda x=x: nirbridge.run(gm, x),
+                "no_grad": inference,
                 "eager": lambda x=x: nirbridge.run(gm, x, backend="eager"),
                 "stepping": lambda x=x: stepping(gm, x),
                 "floor": floor(gm, x, spikes),
@@ -168,7 +178,9 @@ def main() -> None:
         )
         theirs = peer["ms"][str(batch)]["median"] if peer else None
         ratio = f"{statistics.median(times['run']) / theirs:8.2f}x" if theirs else "       -"
-        row = " ".join(fmt(times[name]) for name in ("run", "eager", "stepping", "floor"))
+        if theirs:
+            ratio += f" {statistics.median(times['no_grad']) / theirs:5.2f}x"
+        row = " ".join(fmt(times[name]) for name in ("run", "no_grad", "eager", "stepping", "floor"))
         shown = f"{theirs:10.2f}" if theirs else f"{'-':>10}"
         print(f"{batch:>4} {row} {shown}  {ratio}  {exact}")
     print("\nfirst call of run in a fresh process (s): cold (empty numba cache), warm")

@@ -58,7 +58,7 @@ def test_the_scan_equals_stepping_bit_for_bit(kind, dtype, rng):
         assert 0 < expected.sum() < expected.numel(), "the test should spike, and not always"
 
 
-@pytest.mark.parametrize("tau_shape", [(6,), (1, 6), (3, 6), (3, 1)])
+@pytest.mark.parametrize("tau_shape", [(6,), (1, 6), (3, 6), (3, 1), (1, 1, 6)])
 def test_parameters_that_broadcast_over_the_batch_or_differ_per_row(tau_shape, rng):
     """Parameters the rows share (``[n]``, ``[1, n]``) are read once per neuron of a row;
     one with a row axis (``[B, n]``, ``[B, 1]``) gives every row its own: each equal to
@@ -472,3 +472,92 @@ def test_a_kernel_numba_cannot_build_falls_back_to_eager_once(monkeypatch, rng):
     said = [w for w in caught if issubclass(w.category, nirbridge.CompileWarning)]
     assert len(said) == 1 and "numba could not build" in str(said[0].message), [str(w.message) for w in said]
     assert torch.equal(first.output, eager.output) and torch.equal(second.output, eager.output)
+
+
+def test_a_probe_or_reverse_kernel_numba_cannot_build_is_said_clearly(monkeypatch, rng):
+    """A probe's kernel that cannot be built sends the loop to stepping (and the run
+    eager, said once); a reverse-time kernel that cannot be built, inside backward,
+    raises BackendUnavailableError saying what to do."""
+    import numba
+
+    real = K.kernel
+
+    def broken(names):
+        def kernel(name):
+            if name not in names:
+                return real(name)
+
+            def call(*args):
+                raise numba.core.errors.LoweringError("no code for this machine")
+
+            return call
+
+        return kernel
+
+    gm = nirbridge.nir_to_torch(loop_graph(rng, "LIF"), dt=1e-4)
+    x = torch.from_numpy(rng.uniform(0, 1.5, (6, 3, 3))).float()
+    monkeypatch.setattr(C, "_MODES", {})
+    monkeypatch.setattr(C, "_failed", [])
+    monkeypatch.setattr(K, "kernel", broken({"linear"}))
+    with torch.no_grad(), pytest.warns(nirbridge.CompileWarning, match="numba could not build"):
+        got = nirbridge.run(gm, x, backend="cpu").output
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
+        assert torch.equal(got, nirbridge.run(gm, x, backend="eager").output)
+    monkeypatch.setattr(C, "_failed", [])
+    monkeypatch.setattr(K, "kernel", broken({"loop backward", "scan backward"}))
+    out = nirbridge.run(gm, x, backend="cpu").output
+    with (
+        pytest.warns(nirbridge.CompileWarning),
+        pytest.raises(nirbridge.BackendUnavailableError, match="backward"),
+    ):
+        out.sum().backward()
+    assert C._failed
+
+
+def test_without_torchs_blas_batch_one_is_stepped_exactly():
+    """Where torch's library exports no sgemm_/dgemm_ (hidden here), the kernels still
+    link (a stand-in under nirbridge's own names), the BLAS way is never chosen, and a
+    batch of one equals the eager back-end."""
+    code = (
+        "import ctypes\n"
+        "real = ctypes.CDLL\n"
+        "class Hidden:\n"
+        "    def __init__(self, path, *a, **k):\n"
+        "        self.lib, self.torch = real(path, *a, **k), 'torch_cpu' in str(path)\n"
+        "    def __getattr__(self, name):\n"
+        "        if self.torch and name in ('sgemm_', 'dgemm_'):\n"
+        "            raise AttributeError(name)\n"
+        "        return getattr(self.lib, name)\n"
+        "ctypes.CDLL = Hidden\n"
+        "import torch, nirbridge\n"
+        "from nirbridge.engine import cpu_kernels as K\n"
+        "gm = nirbridge.nir_to_torch(nirbridge.read(sys.argv[1]), dt=1e-4)\n"
+        "x = (torch.rand(40, 1, 12, generator=torch.Generator().manual_seed(0)) < 0.4).float() * 30\n"
+        "with torch.no_grad():\n"
+        "    same = torch.equal(nirbridge.run(gm, x).output, nirbridge.run(gm, x, backend='eager').output)\n"
+        "print(K.BLAS_LIBRARY, K.SETUP_ERROR, same)\n"
+    )
+    from tests.test_engine_triton_loop import BRAILLE
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys\n" + code, str(EXAMPLES / BRAILLE[0])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.stdout.strip().splitlines()[-1:] == ["None None True"], done.stdout + done.stderr
+
+
+def test_a_strided_input_to_a_stepped_layer_is_stepped_by_torch(rng, monkeypatch):
+    """Stepping calls a layer on each step's view of a strided input, which BLAS sums
+    another way than a contiguous copy: such a layer is not run by the compiled loop."""
+    calls = _count_kernels(monkeypatch, "linear steps")
+    layer = torch.nn.Linear(40, 3).double()
+    x = torch.from_numpy(rng.normal(size=(2, 40, 9))).permute(2, 0, 1)  # [T, B, 40], strided
+    assert C.layer_steps(layer, x) is None and not calls
+    with torch.no_grad():
+        got = C.layer_steps(layer, x.contiguous())
+        assert torch.equal(got, torch.stack([layer(x_t) for x_t in x.contiguous()]))
+    assert calls == ["linear steps"]

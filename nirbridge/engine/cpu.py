@@ -91,6 +91,8 @@ def give_up(error: Exception) -> None:
 
 def unavailable(device: torch.device) -> str | None:
     """Why the back-end cannot run on ``device`` (``None``: it can)."""
+    if K.SETUP_ERROR is not None:
+        return f"numba is installed but could not be set up here ({K.SETUP_ERROR})"
     if K.numba is None:
         return "numba is not installed (pip install numba, or pip install 'nirbridge[cpu]')"
     if device.type != "cpu":
@@ -130,9 +132,11 @@ def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
         or any(getattr(module, name).dtype != x.dtype for name in module.params)
     ):
         return scan_neuron(module, x, state, trace)
+    steps, shape = x.shape[0], module._shape(x[0])
+    if len(shape) != x.dim() - 1:  # parameters with more axes than a step's input: as eager does it
+        return scan_neuron(module, x, state, trace)
     if state is None:
         state = module.initial_state(x[0])
-    steps, shape = x.shape[0], module._shape(x[0])
     cuba = family == "cuba"
     spiking = isinstance(module, (M.IF, M.LIF, M.CubaLIF))
     try:
@@ -249,13 +253,29 @@ class _Scan(torch.autograd.Function):
         g_pre, g_v0, g_i0 = torch.empty_like(pre), torch.empty_like(v0), torch.empty_like(v0)
         g_params = [torch.empty_like(v0) for _ in range(6)]
         one, _ = _kinds(pre.dtype)
-        K.kernel("scan backward")(
+        _reverse(
+            "scan backward",
             *_arrays((pre, v0, i0, a, b, r, leak, threshold, reset, out, trace_v, trace_i, v_pre)),
             *_arrays((g_out, g_v, g_i, g_trace_v, g_trace_i, g_pre, g_v0, g_i0, *g_params)),
             one * ctx.alpha, ctx.family, ctx.spiking, one,
         )  # fmt: skip
         grads = [None if shape is None else g.reshape(shape) for shape, g in zip(ctx.shapes, g_params)]
         return (g_pre, g_v0, g_i0 if cuba else None, *grads, None, None)
+
+
+def _reverse(name: str, *arguments: Any) -> None:
+    """Call the reverse-time kernel ``name``. numba builds it on its first call, inside
+    ``backward``, where nothing can run eagerly instead: if it cannot, the back-end is
+    given up (later runs are eager) and the error says so."""
+    try:
+        K.kernel(name)(*arguments)
+    except _BUILD_ERRORS as error:
+        give_up(error)
+        raise BackendUnavailableError(
+            f"run(backend='cpu'): numba could not build its {name} kernel on this machine "
+            f"({type(error).__name__}), so this backward pass cannot run; run the forward pass "
+            "again (the run is eager from now on) or pass backend='eager'"
+        ) from error
 
 
 _MODES: dict[tuple[Any, ...], int | None] = {}  # probe results: which summation equals torch's
@@ -282,8 +302,12 @@ def summation(layer: torch.nn.Linear, batch: int, like: torch.Tensor, spikes: bo
         ways = (K.BLAS, K.IN_ORDER) if spikes else (K.BLAS,)  # in order: 0/1 inputs only
         for mode in ways if K.BLAS_LIBRARY else ways[1:]:
             got = torch.empty_like(expected)
-            for pattern, y in zip(z, got):
-                _product(pattern, w, b, y, mode)
+            try:
+                for pattern, y in zip(z, got):
+                    _product(pattern, w, b, y, mode)
+            except _BUILD_ERRORS as error:
+                give_up(error)
+                return None
             if torch.equal(got, expected):
                 equal.append(mode)
         _MODES[key] = K.EITHER if len(equal) == 2 else (equal[0] if equal else None)
@@ -317,6 +341,7 @@ def layer_steps(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor | None:
         or layer._forward_hooks
         or layer._forward_pre_hooks
         or x.dim() != 3
+        or not x.is_contiguous()  # stepping's call on a strided x[t] is another BLAS call
         or x.dtype not in _DTYPES
         or any(p.dtype != x.dtype for p in layer.parameters())
         or summation(layer, x.shape[1], x, spikes=False) != K.BLAS
@@ -546,7 +571,8 @@ class _Loop(torch.autograd.Function):
         g_start, g_v0, g_i0 = torch.empty_like(v0), torch.empty_like(v0), torch.empty_like(v0)
         g_operands = [torch.empty_like(v0) for _ in range(7)]  # scale, a, b, r, leak, threshold, reset
         one, _ = _kinds(ext.dtype)
-        K.kernel("loop backward")(
+        _reverse(
+            "loop backward",
             *_arrays((ext, scale, v0, i0, a, b, r, leak, threshold, reset, weight, start, out, rec)),
             *_arrays((i_trace, v_pre, g_out, g_rec, g_v, g_i, g_trace_v, g_trace_i, g_ext, g_y)),
             *_arrays((g_start, g_v0, g_i0, *g_operands)),

@@ -45,7 +45,7 @@ try:
 except ImportError:  # the back-end says so when asked for
     numba = None
 
-__all__ = ["BLAS", "BLAS_LIBRARY", "EITHER", "IN_ORDER", "OPTIONS", "kernel"]
+__all__ = ["BLAS", "BLAS_LIBRARY", "EITHER", "IN_ORDER", "OPTIONS", "SETUP_ERROR", "kernel"]
 
 IN_ORDER, BLAS, EITHER = 0, 1, 2
 """The summation modes of a loop's layer (see the module's docstring); ``EITHER``
@@ -61,13 +61,16 @@ OPTIONS: dict[str, Any] = {
 }
 """numba's options: cached on disk, and no fast-math (no contraction, no reassociation)."""
 
-_SYMBOLS = ("sgemm_", "dgemm_")
+_SYMBOLS = {"nirbridge_sgemm": "sgemm_", "nirbridge_dgemm": "dgemm_"}
+"""The names the kernels call (nirbridge's own, so that no other library's symbols are
+replaced in LLVM's process-wide table) and the BLAS routines of torch's they stand for."""
 
 
 def _torch_blas() -> str | None:
     """The library whose ``sgemm_``/``dgemm_`` torch calls (torch's CPU library, which
-    links MKL statically in the x86 wheels), registered with LLVM under those names;
-    ``None`` where it does not export them (the ``BLAS`` mode is then never used)."""
+    links MKL statically in the x86 wheels), registered with LLVM under
+    :data:`_SYMBOLS`' names; ``None`` where it does not export them (the ``BLAS`` mode
+    is then never used)."""
     folder = os.path.join(os.path.dirname(torch.__file__), "lib")
     for name in ("libtorch_cpu.so", "libtorch_cpu.dylib", "torch_cpu.dll"):
         path = os.path.join(folder, name)
@@ -75,7 +78,9 @@ def _torch_blas() -> str | None:
             continue
         try:
             library = ctypes.CDLL(path)
-            addresses = [ctypes.cast(getattr(library, symbol), ctypes.c_void_p).value for symbol in _SYMBOLS]
+            addresses = [
+                ctypes.cast(getattr(library, routine), ctypes.c_void_p).value for routine in _SYMBOLS.values()
+            ]
         except (OSError, AttributeError):
             return None
         for symbol, address in zip(_SYMBOLS, addresses):
@@ -84,20 +89,33 @@ def _torch_blas() -> str | None:
     return None
 
 
+def _never(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):  # type: ignore[no-untyped-def]
+    """Stands in for the BLAS routines where torch's are not found: the kernels link, and
+    the ``BLAS`` mode, which would call it, is never chosen."""
+
+
 BLAS_LIBRARY: str | None = None
 """The library the ``BLAS`` mode calls (``None``: none found, the mode is not used)."""
 
-if numba is not None:
-    BLAS_LIBRARY = _torch_blas()
-    if BLAS_LIBRARY is None:  # the kernels still link: these are never called
-        _never = numba.cfunc(types.void(*[types.voidptr] * 13))(lambda *args: None)
-        for _symbol in _SYMBOLS:
-            llvm.add_symbol(_symbol, _never.address)
+SETUP_ERROR: str | None = None
+"""Why numba, though installed, could not be set up here (the back-end is then unavailable)."""
 
+if numba is not None:
+    try:
+        BLAS_LIBRARY = _torch_blas()
+        if BLAS_LIBRARY is None:
+            _stand_in = numba.cfunc(types.void(*[types.voidptr] * 13))(_never)
+            for _symbol in _SYMBOLS:
+                llvm.add_symbol(_symbol, _stand_in.address)
+    except Exception as error:  # noqa: BLE001 - whatever numba or LLVM says: eager, with the reason
+        SETUP_ERROR = f"{type(error).__name__}: {error}"
+        numba = None
+
+if numba is not None:
     _voidptr = types.voidptr
     _gemm = {
-        np.float32: types.ExternalFunction("sgemm_", types.void(*[_voidptr] * 13)),
-        np.float64: types.ExternalFunction("dgemm_", types.void(*[_voidptr] * 13)),
+        np.float32: types.ExternalFunction("nirbridge_sgemm", types.void(*[_voidptr] * 13)),
+        np.float64: types.ExternalFunction("nirbridge_dgemm", types.void(*[_voidptr] * 13)),
     }
 
     @intrinsic

@@ -159,18 +159,26 @@ def scan(module: M.Neuron, x: torch.Tensor, state: Any, trace: bool) -> Any:
     return out.reshape(steps, *shape), new_state, traces
 
 
+_LONG_ROW = 64
+"""Neurons a row of a population needs for the scan to read the parameters once per
+neuron of a row: shorter rows (the Braille SRNN's 7 outputs) make loops too short to
+vectorize, so their parameters are copied for every row and the neurons run as one."""
+
+
 def _scan_rows(
     module: M.Neuron, family: str, spiking: bool, x: torch.Tensor, state: Any, shape: torch.Size, trace: bool
 ) -> tuple[torch.Tensor, ...]:
     """The scan without gradients: the input ``x`` as it is, and the scale and parameters
     once per neuron of a row (``[M]``, ``M`` the population's size without the batch),
-    not per row; the kernel forms the input term ``scale · x`` itself (the same
-    multiplication as torch's). Where a parameter differs between the rows (none of
-    nirbridge's do), every row gets its own copy."""
+    not per row, where rows are long (:data:`_LONG_ROW`); the kernel forms the input
+    term ``scale · x`` itself (the same multiplication as torch's). Where rows are
+    short, or a parameter differs between the rows (none of nirbridge's do), every
+    row gets its own copy."""
     dummy = x.new_zeros(())
     threshold, reset = (module.v_threshold, module.v_reset) if spiking else (dummy, dummy)
     operands = (*factors(module, family, dummy), threshold, reset)
-    rows = shape[0] if all(t.dim() < len(shape) or t.shape[0] == 1 for t in operands) else 1
+    shared = all(t.dim() < len(shape) or t.shape[0] == 1 for t in operands)
+    rows = shape[0] if shared and shape[1:].numel() >= _LONG_ROW else 1
     if rows > 1:  # [M]: the population without the batch
         flat = [
             t if t is dummy else (t[0] if t.dim() == len(shape) else t).expand(shape[1:]) for t in operands
@@ -423,13 +431,16 @@ def _loop_forward(
     """One call of the loop kernel over the chunk ``ext`` ``[T, B, n]``: ``(spikes, layer
     outputs, v, i, trace_v, trace_i, v_pre)``. The state starts from copies of ``v0``
     and ``i0`` (``[B, n]``); ``operands`` are ``scale, a, b, r, leak, threshold, reset``
-    (:func:`.families.factors`), ``[n]`` each, or 0-d where the family has none.
+    (:func:`.families.factors`), ``[n]`` each, or 0-d where the family has none; the
+    kernel reads them as ``[B · n]``.
     ``trace`` writes the state after every step; ``save`` (for BPTT) the membrane
     before every reset in ``v_pre`` and, for CubaLIF, the current after every step in
     ``trace_i``. What is not written is a 0-d
     placeholder."""
     cuba = family == "cuba"
     ext = ext.detach().contiguous()
+    batch, n = ext.shape[1:]
+    stand_in = ext.new_zeros(batch * n)  # an operand the family does not read
     v = v0.detach().contiguous().clone()
     i = i0.detach().contiguous().clone() if cuba else v
     out, rec = torch.empty_like(ext), torch.empty_like(ext)
@@ -442,7 +453,7 @@ def _loop_forward(
     one, zero = _kinds(ext.dtype)
     sparse = bool(weight.isfinite().all())
     K.kernel("loop")(
-        *_arrays((ext, v, i, *(t.contiguous() if t.dim() else operands[0] for t in operands))),
+        *_arrays((ext, v, i, *(t.expand(batch, n).reshape(-1) if t.dim() else stand_in for t in operands))),
         *_weights(weight, bias), start.numpy(), previous is not None,
         *_arrays((out, rec, trace_v, trace_i, v_pre)),
         FAMILIES[family], trace, save, mode, sparse, *_blas(ext[0], weight, bias), one, zero,

@@ -313,57 +313,63 @@ def _loop(
     family, trace, save, mode, sparse, chars, dims, scalars, one, zero,
 ):  # type: ignore[no-untyped-def]  # fmt: skip
     """Over ``T`` steps and ``B`` rows of ``n`` neurons (``ext``, ``out``, ``rec``,
-    traces, ``v_pre`` ``[T, B, n]``; state ``[B, n]``; operands ``[n]``, shared by the
-    rows): ``x = e_t + y_{t-1}`` (``previous`` at the chunk's first step where there is
-    one, else ``e_0`` alone), the family's update on ``scale x`` and the reset as in
-    :func:`_scan`, then the layer ``y_t = W z_t + b`` (:func:`_linear_rows`, all rows
-    at once). ``trace`` writes the state after every step; ``save`` the membrane before
-    every reset and, for CubaLIF, the current after every step in ``trace_i`` (what the
-    reverse kernel reads). Each row's neurons go through short loops that each write
-    few arrays (the update, the spike and reset, the stores of what is kept), which
-    LLVM vectorizes: one loop writing them all is not."""
+    traces, ``v_pre`` ``[T, B, n]``; state ``[B, n]``; operands ``[B · n]``): ``x = e_t +
+    y_{t-1}`` (``previous`` at the chunk's first step where there is one, else ``e_0``
+    alone), the family's update on ``scale x`` and the reset as in :func:`_scan`, then
+    the layer ``y_t = W z_t + b`` (:func:`_linear_rows`, all rows at once). ``trace``
+    writes the state after every step; ``save`` the membrane before every reset and,
+    for CubaLIF, the current after every step in ``trace_i`` (what the reverse kernel
+    reads). Each step's neurons, all rows together, go through short flat loops that
+    each write few arrays (the update, the spike and reset, the stores of what is
+    kept), which LLVM vectorizes: one loop writing them all is not, nor are loops as
+    short as one row."""
     steps, batch, n = ext.shape
-    x = np.empty(n, dtype=ext.dtype)
-    pending = np.empty(n, dtype=ext.dtype)
+    size = batch * n
+    x = np.empty(size, dtype=ext.dtype)
+    pending = np.empty(size, dtype=ext.dtype)
+    state_v = v.reshape(size)
+    state_i = i.reshape(size)
     keep_i = family == 2 and (trace or save)
     for t in range(steps):
-        for row in range(batch):
-            if t > 0:
-                for j in range(n):
-                    x[j] = ext[t, row, j] + rec[t - 1, row, j]
-            elif has_previous:
-                for j in range(n):
-                    x[j] = ext[t, row, j] + previous[row, j]
-            else:
-                for j in range(n):
-                    x[j] = ext[t, row, j]
-            if family == 0:  # the update: membrane before the reset into ``pending``
-                for j in range(n):
-                    pending[j] = v[row, j] + scale[j] * x[j]
-            elif family == 1:
-                for j in range(n):
-                    vj = v[row, j]
-                    pending[j] = vj + a[j] * ((leak[j] - vj) + scale[j] * x[j])
-            else:
-                for j in range(n):
-                    ij = i[row, j] + (scale[j] * x[j] - i[row, j]) * a[j]
-                    i[row, j] = ij
-                    vj = v[row, j]
-                    pending[j] = vj + ((leak[j] - vj) + ij * r[j]) * b[j]
-            if keep_i:
-                for j in range(n):
-                    trace_i[t, row, j] = i[row, j]
-            if save:
-                for j in range(n):
-                    v_pre[t, row, j] = pending[j]
-            for j in range(n):  # the spike and the reset
-                vj = pending[j]
-                z = one if vj > threshold[j] else zero
-                out[t, row, j] = z
-                v[row, j] = (one - z) * vj + z * reset[j]
-            if trace:
-                for j in range(n):
-                    trace_v[t, row, j] = v[row, j]
+        now = ext[t].reshape(size)
+        if t > 0 or has_previous:
+            before = rec[t - 1].reshape(size) if t > 0 else previous.reshape(size)
+            for j in range(size):
+                x[j] = now[j] + before[j]
+        else:
+            for j in range(size):
+                x[j] = now[j]
+        if family == 0:  # the update: membrane before the reset into ``pending``
+            for j in range(size):
+                pending[j] = state_v[j] + scale[j] * x[j]
+        elif family == 1:
+            for j in range(size):
+                vj = state_v[j]
+                pending[j] = vj + a[j] * ((leak[j] - vj) + scale[j] * x[j])
+        else:
+            for j in range(size):
+                ij = state_i[j] + (scale[j] * x[j] - state_i[j]) * a[j]
+                state_i[j] = ij
+                vj = state_v[j]
+                pending[j] = vj + ((leak[j] - vj) + ij * r[j]) * b[j]
+        if keep_i:
+            kept = trace_i[t].reshape(size)
+            for j in range(size):
+                kept[j] = state_i[j]
+        if save:
+            kept = v_pre[t].reshape(size)
+            for j in range(size):
+                kept[j] = pending[j]
+        spikes = out[t].reshape(size)
+        for j in range(size):  # the spike and the reset
+            vj = pending[j]
+            z = one if vj > threshold[j] else zero
+            spikes[j] = z
+            state_v[j] = (one - z) * vj + z * reset[j]
+        if trace:
+            kept = trace_v[t].reshape(size)
+            for j in range(size):
+                kept[j] = state_v[j]
         _linear_rows(out[t], w, wt, bias, has_bias, rec[t], mode, sparse, chars, dims, scalars, zero)
 
 

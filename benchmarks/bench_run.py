@@ -25,6 +25,8 @@ on dense the native snntorch and norse loops of an equivalent network and
 spikingjelly 2.0's multi-step LIF
 (``LIFNode(step_mode="m")``, scalar tau: not the same network, the speed to beat; also
 for BPTT, forward and backward, outside --quick), and
+on srnn (CPU) spyx 1.0's jit through its own NIR import, in its own process and
+virtualenv (benchmarks/peer_spyx.py; a note where it is missing), and
 the floor: the graph's stateless layers alone (matrix products, convolutions, pooling)
 applied to their recorded inputs in run's chunks. Every stepping loop collects its outputs over time
 (``torch.stack``), as ``run`` does. Figures are ms per sequence, median and min-max over
@@ -66,6 +68,7 @@ import nirtorch
 import norse.torch as nt
 import snntorch as snn
 import torch
+from bench_cpu import spyx as spyx_peer
 from bench_interpret import affine_lif_chain
 from spikingjelly.activation_based import neuron as sj_neuron
 from torch import nn
@@ -455,6 +458,20 @@ def bench_network(name: str, args, results: dict) -> None:
         times = measure(variants, args.repeats)
         print(f"   timed {args.repeats} repeats in {time.perf_counter() - start:.0f} s")
 
+    if name == "srnn" and device == "cpu":  # the peer of the CPU engine issue, in its own process
+        peer = spyx_peer([batch], args.repeats)
+        if peer is not None:
+            found = peer["ms"][str(batch)]
+            ours = statistics.median(times[CPU]) if CPU in times else None
+            versus = f"; run cpu / spyx = {ours / found['median']:.2f}x" if ours else ""
+            notes["spyx 1.0 jit"] = (
+                f"{found['median']:.2f} ms ({found['min']:.2f}-{found['max']:.2f}), its own NIR import "
+                f"(not NIR's equations), JAX on 1 thread in its own process{versus}"
+            )
+        else:
+            notes["spyx 1.0 jit"] = (
+                "not run: no spyx virtualenv (benchmarks/peer_spyx.py says how to make one)"
+            )
     row["times"], row["reference"] = times, reference
     results["networks"][name] = row
     print_network(name, row)

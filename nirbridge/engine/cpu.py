@@ -564,49 +564,19 @@ class _Loop(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
-        g_out, g_rec, g_v, g_i, g_trace_v, g_trace_i, _ = grads
         ext, weight, start, v0, i0, scale, a, b, r, leak, threshold, reset, out, rec, i_trace, v_pre = (
             ctx.saved_tensors
         )
         cuba = ctx.family == FAMILIES["cuba"]
-
-        def given(g: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
-            return g.contiguous() if g is not None and g.dim() else torch.zeros_like(like)
-
-        traced = any(g is not None and g.dim() for g in (g_trace_v, g_trace_i))
-        g_trace_v = given(g_trace_v, ext) if traced else ext
-        g_trace_i = given(g_trace_i, ext) if traced and cuba else g_trace_v
-        g_out, g_rec, g_v = given(g_out, ext), given(g_rec, ext), given(g_v, v0)
-        g_i = given(g_i, v0) if cuba else g_v
-        g_ext, g_y = torch.empty_like(ext), torch.empty_like(ext)
-        g_start, g_v0, g_i0 = torch.empty_like(v0), torch.empty_like(v0), torch.empty_like(v0)
-        g_operands = [torch.empty_like(v0) for _ in range(7)]  # scale, a, b, r, leak, threshold, reset
+        traced, read, written = loops.reverse_inputs(grads, ext, v0, cuba, untraced=ext)
         one, _ = _kinds(ext.dtype)
         _reverse(
             "loop backward",
             *_arrays((ext, scale, v0, i0, a, b, r, leak, threshold, reset, weight, start, out, rec)),
-            *_arrays((i_trace, v_pre, g_out, g_rec, g_v, g_i, g_trace_v, g_trace_i, g_ext, g_y)),
-            *_arrays((g_start, g_v0, g_i0, *g_operands)),
+            *_arrays((i_trace, v_pre, *read, *written)),
             one * ctx.alpha, ctx.family, ctx.has_previous, traced, one,
         )  # fmt: skip
-        g_weight = g_bias = None
-        if ctx.needs_input_grad[1]:
-            g_weight = g_y.reshape(-1, g_y.shape[-1]).T @ out.reshape(-1, out.shape[-1])
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            g_bias = g_y.sum((0, 1))
-        found = [None if scalar else g.sum(0) for scalar, g in zip(ctx.scalars, g_operands)]
-        return (
-            g_ext,
-            g_weight,
-            g_bias,
-            g_start if ctx.has_previous else None,
-            g_v0,
-            g_i0 if cuba else None,
-            *found,
-            None,
-            None,
-            None,
-        )
+        return loops.reverse_outputs(ctx, written, out, cuba, shared=True, trailing=3)
 
 
 run_loop = functools.partial(

@@ -18,7 +18,18 @@ from .eager import record_traces
 from .families import FAMILY_OF, factors
 from .schedule import Level, Recorded, Request, node_input
 
-__all__ = ["PROBES", "WIDEST", "Stepped", "in_order", "operands", "probe_cases", "run_loop", "sums_in_order"]
+__all__ = [
+    "PROBES",
+    "WIDEST",
+    "Stepped",
+    "in_order",
+    "operands",
+    "probe_cases",
+    "reverse_inputs",
+    "reverse_outputs",
+    "run_loop",
+    "sums_in_order",
+]
 
 WIDEST = 128
 """The widest loop (neurons) that runs as one kernel; its weights stay in the cache."""
@@ -188,3 +199,60 @@ def operands(neuron: M.Neuron, family: str, batch: int, n: int, dummy: torch.Ten
         t if t is dummy else t.expand(batch, n).contiguous()
         for t in (*factors(neuron, family, dummy), neuron.v_threshold, neuron.v_reset)
     ]
+
+
+def reverse_inputs(
+    grads: tuple[torch.Tensor | None, ...],
+    ext: torch.Tensor,
+    v0: torch.Tensor,
+    cuba: bool,
+    untraced: torch.Tensor,
+) -> tuple[bool, list[torch.Tensor], list[torch.Tensor]]:
+    """What a loop's reverse-time kernel (Triton's, the CPU's) reads and writes, from the
+    gradients autograd gives its autograd function (``spikes, layer outputs, v, i,
+    trace_v, trace_i, v_pre``; ``None`` or 0-d where the loss does not reach one):
+    ``(traced, [g_out, g_rec, g_v, g_i, g_trace_v, g_trace_i], [g_ext, g_y, g_start,
+    g_v0, g_i0, g_scale, g_a, g_b, g_r, g_leak, g_th, g_reset])``. Missing gradients are
+    zeros; the traces' are ``untraced`` (never read) unless a loss reaches a trace
+    (``traced``)."""
+    g_out, g_rec, g_v, g_i, g_trace_v, g_trace_i, _ = grads  # v_pre has none
+
+    def given(g: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+        return g.contiguous() if g is not None and g.dim() else torch.zeros_like(like)
+
+    traced = any(g is not None and g.dim() for g in (g_trace_v, g_trace_i))
+    g_trace_v = given(g_trace_v, ext) if traced else untraced
+    g_trace_i = given(g_trace_i, ext) if traced and cuba else g_trace_v
+    g_v = given(g_v, v0)
+    read = [given(g_out, ext), given(g_rec, ext), g_v, given(g_i, v0) if cuba else g_v, g_trace_v, g_trace_i]
+    written = [torch.empty_like(ext), torch.empty_like(ext), *(torch.empty_like(v0) for _ in range(10))]
+    return traced, read, written
+
+
+def reverse_outputs(
+    ctx: Any, written: list[torch.Tensor], out: torch.Tensor, cuba: bool, shared: bool, trailing: int
+) -> tuple[torch.Tensor | None, ...]:
+    r"""``backward``'s result from what the reverse kernel ``written`` (as
+    :func:`reverse_inputs` made it): the layer's gradients summed over the steps and
+    rows by torch, :math:`\bar W = \sum_{t,b} \bar y_t z_t^\top` (one matrix
+    product, ``out`` the spikes) and :math:`\bar b = \sum \bar y_t`; the operands'
+    per-row gradients summed over the rows where the operands were ``shared`` by them
+    (``[n]``), as they are; ``None`` for the ``trailing`` arguments that are not
+    tensors."""
+    g_ext, g_y, g_start, g_v0, g_i0, *g_operands = written
+    g_weight = g_bias = None
+    if ctx.needs_input_grad[1]:
+        g_weight = g_y.reshape(-1, g_y.shape[-1]).T @ out.reshape(-1, out.shape[-1])
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        g_bias = g_y.sum((0, 1))
+    found = [None if scalar else (g.sum(0) if shared else g) for scalar, g in zip(ctx.scalars, g_operands)]
+    return (
+        g_ext,
+        g_weight,
+        g_bias,
+        g_start if ctx.has_previous else None,
+        g_v0,
+        g_i0 if cuba else None,
+        *found,
+        *([None] * trailing),
+    )

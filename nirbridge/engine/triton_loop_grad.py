@@ -55,6 +55,7 @@ import torch
 
 from ..neurons import functional as F
 from ..neurons import modules as M
+from . import loops as _loops
 from . import precision as _precision
 from . import triton_loop as _loop
 from .triton import FAMILIES, triton
@@ -136,53 +137,23 @@ class _LoopScan(torch.autograd.Function):
     def backward(  # type: ignore[override]
         ctx: Any, *grads: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, ...]:
-        g_out, g_rec, g_v, g_i, g_trace_v, g_trace_i, _ = grads  # v_pre has none
         ext, weight, start, v0, i0, scale, a, b, r, leak, threshold, reset, out, rec, i_trace, v_pre = (
             ctx.saved_tensors
         )
         steps, batch, n = ext.shape
         cuba = ctx.family == FAMILIES["cuba"]
-
-        def given(g: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
-            return g.contiguous() if g is not None and g.dim() else torch.zeros_like(like)
-
-        traced = any(g is not None and g.dim() for g in (g_trace_v, g_trace_i))
-        g_trace_v = given(g_trace_v, ext) if traced else v0
-        g_trace_i = given(g_trace_i, ext) if traced and cuba else g_trace_v
-        g_out, g_rec, g_v = given(g_out, ext), given(g_rec, ext), given(g_v, v0)
-        g_i = given(g_i, v0) if cuba else g_v
-        g_ext, g_y = torch.empty_like(ext), torch.empty_like(ext)
-        g_start, g_v0, g_i0 = torch.empty_like(v0), torch.empty_like(v0), torch.empty_like(v0)
-        g_operands = [torch.empty_like(v0) for _ in range(7)]  # scale, a, b, r, leak, threshold, reset
+        traced, read, written = _loops.reverse_inputs(grads, ext, v0, cuba, untraced=v0)
         block_n = triton.next_power_of_2(n)
         block_b = max(1, min(triton.next_power_of_2(batch), _loop._TILE // block_n))
         _loop_scan_backward[(triton.cdiv(batch, block_b),)](
             ext, scale, v0, i0, a, b, r, leak, threshold, reset,
-            weight, start, out, rec, i_trace, v_pre,
-            g_out, g_rec, g_v, g_i, g_trace_v, g_trace_i,
-            g_ext, g_y, g_start, g_v0, g_i0, *g_operands,
+            weight, start, out, rec, i_trace, v_pre, *read, *written,
             steps, batch, n, (steps - 1) * batch * n, ctx.alpha,
             FAMILY=ctx.family, HAS_PREVIOUS=ctx.has_previous, TRACED=traced,
             BLOCK_B=block_b, BLOCK_N=block_n,
             enable_fp_fusion=_precision.contract(),
         )  # fmt: skip
-        g_weight = g_bias = None
-        if ctx.needs_input_grad[1]:
-            g_weight = g_y.reshape(-1, n).T @ out.reshape(-1, n)  # sum over t, b of g_y[t, b] z[t, b]^T
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            g_bias = g_y.sum((0, 1))
-        found = [None if scalar else g for scalar, g in zip(ctx.scalars, g_operands)]
-        return (
-            g_ext,
-            g_weight,
-            g_bias,
-            g_start if ctx.has_previous else None,
-            g_v0,
-            g_i0 if cuba else None,
-            *found,
-            None,
-            None,
-        )
+        return _loops.reverse_outputs(ctx, written, out, cuba, shared=False, trailing=2)
 
 
 if triton is not None:

@@ -24,7 +24,10 @@ compiled loop per chunk that does each step's update and the layer's product ins
 summed as the CPU's own ``linear`` sums it for that shape: in index order, or through
 torch's own BLAS routine (:func:`summation` probes which; a batch of one is a
 matrix-vector product that BLAS sums in its own order). Where neither equals it, the
-loop is stepped.
+loop is stepped. A Linear layer that must be stepped to be exact (a batch of one, whose
+matrix-vector product sums otherwise than one product over all of a chunk's rows:
+:mod:`.rows`) runs as one compiled loop of the same BLAS call per step
+(:func:`layer_steps`).
 
 Exact: the kernels do the float operations of :mod:`nirbridge.neurons.functional` in
 the same order, in the dtype of the module (float32 or float64), compiled without
@@ -40,11 +43,13 @@ autograd's within rounding (1e-5 relative in float32, 1e-9 in float64).
 Other dtypes, and populations whose parameters have another dtype than their input,
 run as the eager back-end runs them.
 
-Compiling: each kernel is compiled on first use (about 0.3-0.5 s each) and cached on
-disk by numba (``__pycache__`` beside :mod:`.cpu_kernels`, or where that is not
-writable numba's user cache; ``NUMBA_CACHE_DIR`` moves it), so later processes load it
-in milliseconds. Without numba this back-end raises
-:class:`~nirbridge.BackendUnavailableError` saying so, and ``"auto"`` runs eagerly.
+Compiling: each kernel is compiled on first use (0.5-1 s each; a first run compiles
+three or four) and cached on disk by numba (``__pycache__`` beside :mod:`.cpu_kernels`,
+or where that is not writable numba's user cache; ``NUMBA_CACHE_DIR`` moves it), so
+later processes load it in milliseconds. Without numba this back-end raises
+:class:`~nirbridge.BackendUnavailableError` saying so, and ``"auto"`` runs eagerly;
+where numba cannot build a kernel, the run goes on eagerly from then on and a
+:class:`~nirbridge.CompileWarning` says so once (:func:`give_up`).
 """
 
 from __future__ import annotations

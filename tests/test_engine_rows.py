@@ -143,3 +143,20 @@ def test_a_layer_that_agrees_by_its_weights_decides_nothing_for_another():
     with torch.no_grad(), nirbridge.precision("exact"):
         assert torch.equal(rows.time_batched(identity, x), stepped(identity, x))
         assert torch.equal(rows.time_batched(dense, x), stepped(dense, x))
+
+
+def test_a_short_sum_of_like_terms_is_probed_with_like_weights():
+    """A 3 -> 1 float32 layer in chunks of 2 and 4 (batch 5) passed the probe with
+    weights and values spread over 13 octaves (one term dominates a 3-term sum, so
+    every order rounds alike) and then differed from stepping in more than half of its
+    rows on plain weights and inputs. Probed with weights of one scale too, it equals
+    stepping on every draw."""
+    generator = torch.Generator().manual_seed(9)
+    layer = torch.nn.Linear(3, 1)
+    for steps in (2, 3, 4, 8):
+        rows._WAYS.clear()
+        for _ in range(100):
+            x = torch.randn(steps, 5, 3, generator=generator)
+            with torch.no_grad(), nirbridge.precision("exact"):
+                got = rows.time_batched(layer, x)
+            assert torch.equal(got, stepped(layer, x)), (steps, rows.way(layer, x))

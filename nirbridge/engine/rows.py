@@ -82,38 +82,47 @@ _PROBE_VALUES = 4096  # input values a probe compares at least, over several dra
 
 
 def _probe(module: torch.nn.Module, x: torch.Tensor) -> str:
-    """The first way that gives stepping's bits on random rows: normal values spread
-    over 13 octaves, and 0/1 spikes, through a copy of the layer with random weights
-    (the verdict holds for every layer of the key: an identity matrix would agree
-    whatever the summation order, and another layer of its shape would not). Whether
-    two kernels agree depends on the values (a fused multiply-add rounds once where a
-    multiply and an add round twice), so a small chunk is probed with several draws, at
-    least :data:`_PROBE_VALUES` values in all (at most 16 draws): one draw of a
-    2-feature, 6-row chunk passed a layer that differed from stepping in the last bit
-    on other values."""
+    """The first way that gives stepping's bits on random rows, through copies of the
+    layer with random weights (the verdict holds for every layer of the key: an
+    identity matrix would agree whatever the summation order, and another layer of its
+    shape would not): weights and values spread over 13 octaves, weights and values of
+    one scale (where terms of like size make every order of summation show: with
+    spread ones, one term dominates a short sum and hides it; a 3 → 1 layer in chunks
+    of 4 passed the spread probe alone and then differed from stepping in more than
+    half of its rows), and 0/1 spikes. Whether two kernels agree depends on the values
+    (a fused multiply-add rounds once where a multiply and an add round twice), so a
+    small chunk is probed with several draws, at least :data:`_PROBE_VALUES` values
+    for each kind of weights (at most 16 draws): one draw of a 2-feature, 6-row chunk
+    passed a layer that differed from stepping in the last bit on other values."""
     generator = torch.Generator(device=x.device).manual_seed(0)
-    module = _with_random_weights(module, generator)
     draws = max(1, min(16, -(-_PROBE_VALUES // max(1, x.numel()))))
+    pairs = []
     with torch.no_grad():
-        probes = []
-        for _ in range(draws):
-            octaves = torch.randint(-6, 7, x.shape, generator=generator, device=x.device).to(x.dtype)
-            normal = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-            probes.append(normal * torch.exp2(octaves))
-        probes.append((torch.rand(x.shape, generator=generator, device=x.device) < 0.3).to(x.dtype))
-        stepped = [torch.stack([module.forward(p[t]) for t in range(p.shape[0])]) for p in probes]
-        pairs = list(zip(probes, stepped))
-        if all(torch.equal(_flat(module, p), s) for p, s in pairs):
+        for spread in (True, False):
+            copied = _with_random_weights(module, generator, spread)
+            probes = []
+            for _ in range(draws):
+                normal = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+                if spread:
+                    octaves = torch.randint(-6, 7, x.shape, generator=generator, device=x.device)
+                    normal = normal * torch.exp2(octaves.to(x.dtype))
+                probes.append(normal)
+            probes.append((torch.rand(x.shape, generator=generator, device=x.device) < 0.3).to(x.dtype))
+            for p in probes:
+                pairs.append((copied, p, torch.stack([copied.forward(p[t]) for t in range(p.shape[0])])))
+        if all(torch.equal(_flat(copied, p), s) for copied, p, s in pairs):
             return "flat"
-        if _can_batch(module, x) and all(torch.equal(_batched(module, p), s) for p, s in pairs):
+        if _can_batch(module, x) and all(torch.equal(_batched(copied, p), s) for copied, p, s in pairs):
             return "batched"
     return "steps"
 
 
-def _with_random_weights(module: torch.nn.Module, generator: torch.Generator) -> torch.nn.Module:
-    """A copy of ``module`` whose floating parameters are random normal values spread
-    over 13 octaves (its buffers as they are); ``module`` itself where it cannot be
-    copied."""
+def _with_random_weights(
+    module: torch.nn.Module, generator: torch.Generator, spread: bool
+) -> torch.nn.Module:
+    """A copy of ``module`` whose floating parameters are random normal values, spread
+    over 13 octaves where ``spread`` (its buffers as they are); ``module`` itself where
+    it cannot be copied."""
     try:
         copied = copy.deepcopy(module)
     except Exception:  # noqa: BLE001 - a layer that cannot be copied is probed as it is
@@ -122,9 +131,11 @@ def _with_random_weights(module: torch.nn.Module, generator: torch.Generator) ->
         for parameter in copied.parameters():
             if parameter.is_floating_point() and parameter.numel():
                 shape, device = parameter.shape, parameter.device
-                octaves = torch.randint(-6, 7, shape, generator=generator, device=device).to(parameter.dtype)
                 normal = torch.randn(shape, generator=generator, device=device, dtype=parameter.dtype)
-                parameter.copy_(normal * torch.exp2(octaves))
+                if spread:
+                    octaves = torch.randint(-6, 7, shape, generator=generator, device=device)
+                    normal = normal * torch.exp2(octaves.to(parameter.dtype))
+                parameter.copy_(normal)
     return copied
 
 

@@ -68,7 +68,15 @@ from . import cpu_kernels as K
 from . import loops
 from . import precision as _precision
 from .eager import eager_stepper, scan_neuron
-from .families import FAMILIES, FAMILY_OF, factors, scan_operands
+from .families import (
+    FAMILIES,
+    FAMILY_OF,
+    factors,
+    kernel_buffers,
+    kernel_results,
+    reverse_scan_inputs,
+    scan_operands,
+)
 from .schedule import Level, Request
 
 __all__ = ["cpu_stepper", "layer_steps", "run_loop", "scan", "summation", "unavailable"]
@@ -211,26 +219,14 @@ def _scan(x, v0, i0, scale, a, b, r, leak, threshold, reset, family, spiking, tr
     0-d placeholder."""
     x = x.contiguous()
     cuba = family == 2
-    v = v0.detach().contiguous().clone()
-    i = i0.detach().contiguous().clone() if cuba else v
-    out = torch.empty_like(x)
-    trace_v = torch.empty_like(x) if trace else out
-    trace_i = torch.empty_like(x) if trace and cuba else trace_v
-    v_pre = torch.empty_like(x) if save else out
+    buffers = kernel_buffers(x, v0, i0, cuba, trace, save, current=cuba and trace)
+    v, i = buffers[:2]
     one, zero = _kinds(x.dtype)
     K.kernel("scan")(
         *_arrays((x, v, i, *_flat((scale, a, b, r, leak, threshold, reset), scale))),
-        *_arrays((out, trace_v, trace_i, v_pre)), rows, family, spiking, trace, save, one, zero,
+        *_arrays(buffers[2:]), rows, family, spiking, trace, save, one, zero,
     )  # fmt: skip
-    placeholder = x.new_zeros(())
-    return (
-        out,
-        v,
-        i if cuba else placeholder,
-        trace_v if trace else placeholder,
-        trace_i if trace and cuba else placeholder,
-        v_pre if save else placeholder,
-    )
+    return kernel_results(buffers, cuba, trace, save, current=cuba and trace)
 
 
 class _Scan(torch.autograd.Function):
@@ -254,23 +250,16 @@ class _Scan(torch.autograd.Function):
         return results
 
     @staticmethod
-    def backward(ctx: Any, g_out, g_v, g_i, g_trace_v, g_trace_i, _g_v_pre):  # type: ignore[override]
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
         pre, v0, i0, a, b, r, leak, threshold, reset, out, trace_v, trace_i, v_pre = ctx.saved_tensors
         cuba = ctx.family == 2
-        g_out = g_out.contiguous() if g_out is not None else torch.zeros_like(pre)
-        g_v = g_v.contiguous() if g_v is not None else torch.zeros_like(v0)
-        g_i = g_i.contiguous() if cuba and g_i is not None and g_i.dim() else torch.zeros_like(v0)
-        g_trace_v = g_trace_v.contiguous() if g_trace_v is not None else torch.zeros_like(pre)
-        traced_i = cuba and g_trace_i is not None and g_trace_i.dim()
-        g_trace_i = g_trace_i.contiguous() if traced_i else torch.zeros_like(pre)
-        g_pre, g_v0, g_i0 = torch.empty_like(pre), torch.empty_like(v0), torch.empty_like(v0)
-        g_params = [torch.empty_like(v0) for _ in range(6)]
+        read, written = reverse_scan_inputs(grads, pre, v0, cuba)
+        g_pre, g_v0, g_i0, *g_params = written
         one, _ = _kinds(pre.dtype)
         _reverse(
             "scan backward",
             *_arrays((pre, v0, i0, a, b, r, leak, threshold, reset, out, trace_v, trace_i, v_pre)),
-            *_arrays((g_out, g_v, g_i, g_trace_v, g_trace_i, g_pre, g_v0, g_i0, *g_params)),
-            one * ctx.alpha, ctx.family, ctx.spiking, one,
+            *_arrays((*read, *written)), one * ctx.alpha, ctx.family, ctx.spiking, one,
         )  # fmt: skip
         grads = [None if shape is None else g.reshape(shape) for shape, g in zip(ctx.shapes, g_params)]
         return (g_pre, g_v0, g_i0 if cuba else None, *grads, None, None)
@@ -446,13 +435,10 @@ def _loop_forward(
     ext = ext.detach().contiguous()
     batch, n = ext.shape[1:]
     stand_in = ext.new_zeros(batch * n)  # an operand the family does not read
-    v = v0.detach().contiguous().clone()
-    i = i0.detach().contiguous().clone() if cuba else v
-    out, rec = torch.empty_like(ext), torch.empty_like(ext)
-    trace_v = torch.empty_like(ext) if trace else out
-    keep_i = cuba and (trace or save)
-    trace_i = torch.empty_like(ext) if keep_i else trace_v
-    v_pre = torch.empty_like(ext) if save else out
+    current = cuba and (trace or save)
+    buffers = kernel_buffers(ext, v0, i0, cuba, trace, save, current)
+    v, i, out, trace_v, trace_i, v_pre = buffers
+    rec = torch.empty_like(ext)
     weight = weight.detach().contiguous()
     start = previous.detach().contiguous() if previous is not None else v
     one, zero = _kinds(ext.dtype)
@@ -463,16 +449,8 @@ def _loop_forward(
         *_arrays((out, rec, trace_v, trace_i, v_pre)),
         FAMILIES[family], trace, save, mode, sparse, *_blas(ext[0], weight, bias), one, zero,
     )  # fmt: skip
-    placeholder = ext.new_zeros(())
-    return (
-        out,
-        rec,
-        v,
-        i if cuba else placeholder,
-        trace_v if trace else placeholder,
-        trace_i if keep_i else placeholder,
-        v_pre if save else placeholder,
-    )
+    out, *rest = kernel_results(buffers, cuba, trace, save, current)
+    return (out, rec, *rest)
 
 
 def _loop_scan(

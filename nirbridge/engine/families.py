@@ -9,7 +9,15 @@ import torch
 
 from ..neurons import modules as M
 
-__all__ = ["FAMILIES", "FAMILY_OF", "factors", "scan_operands"]
+__all__ = [
+    "FAMILIES",
+    "FAMILY_OF",
+    "factors",
+    "kernel_buffers",
+    "kernel_results",
+    "reverse_scan_inputs",
+    "scan_operands",
+]
 
 FAMILY_OF = {M.I: "i", M.IF: "i", M.LI: "li", M.LIF: "li", M.CubaLI: "cuba", M.CubaLIF: "cuba"}
 """The family of each neuron type: integrators, leaky integrators, current-based ones."""
@@ -54,3 +62,60 @@ def scan_operands(module: M.Neuron, family: str, x: torch.Tensor, state: Any) ->
         full(state.i) if family == "cuba" else dummy,
         *(full(t) for t in (a, b, r, leak, threshold, reset)),
     )
+
+
+def kernel_buffers(
+    like: torch.Tensor, v0: torch.Tensor, i0: torch.Tensor, cuba: bool, trace: bool, save: bool, current: bool
+) -> tuple[torch.Tensor, ...]:
+    """``(v, i, out, trace_v, trace_i, v_pre)`` that a forward kernel (a scan's or a
+    loop's, Triton's or the CPU's) writes: the state from contiguous copies of ``v0``
+    and ``i0`` (``i`` is ``v`` without a current), and buffers like ``like`` for the
+    outputs, the state after every step (``trace``), the current after every step
+    (``current``) and the membrane before every reset (``save``); one not asked for
+    aliases another, and is never written."""
+    v = v0.detach().clone(memory_format=torch.contiguous_format)
+    i = i0.detach().clone(memory_format=torch.contiguous_format) if cuba else v
+    out = torch.empty_like(like)
+    trace_v = torch.empty_like(like) if trace else out
+    trace_i = torch.empty_like(like) if current else trace_v
+    v_pre = torch.empty_like(like) if save else out
+    return v, i, out, trace_v, trace_i, v_pre
+
+
+def kernel_results(
+    buffers: tuple[torch.Tensor, ...], cuba: bool, trace: bool, save: bool, current: bool
+) -> tuple[torch.Tensor, ...]:
+    """``(out, v, i, trace_v, trace_i, v_pre)`` from :func:`kernel_buffers`' after the
+    kernel ran: what was not written (``i`` without a current, buffers not asked for)
+    is a 0-d placeholder that aliases nothing."""
+    v, i, out, trace_v, trace_i, v_pre = buffers
+    placeholder = out.new_zeros(())
+    return (
+        out,
+        v,
+        i if cuba else placeholder,
+        trace_v if trace else placeholder,
+        trace_i if current else placeholder,
+        v_pre if save else placeholder,
+    )
+
+
+def reverse_scan_inputs(
+    grads: tuple[torch.Tensor | None, ...], pre: torch.Tensor, v0: torch.Tensor, cuba: bool
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """What a scan's reverse-time kernel (Triton's, the CPU's) reads and writes, from the
+    gradients autograd gives its autograd function (``out, v, i, trace_v, trace_i,
+    v_pre``; ``None`` or 0-d where none reaches one): ``([g_out, g_v, g_i, g_trace_v,
+    g_trace_i], [g_pre, g_v0, g_i0, g_a, g_b, g_r, g_leak, g_th, g_reset])``. Missing
+    gradients are zeros; those of a current a family does not have alias ``g_v`` and
+    ``g_trace_v`` (never read)."""
+    g_out, g_v, g_i, g_trace_v, g_trace_i, _ = grads  # v_pre has none
+
+    def given(g: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+        return g.contiguous() if g is not None and g.dim() else torch.zeros_like(like)
+
+    g_v, g_trace_v = given(g_v, v0), given(g_trace_v, pre)
+    read = [given(g_out, pre), g_v, given(g_i, v0) if cuba else g_v, g_trace_v]
+    read.append(given(g_trace_i, pre) if cuba else g_trace_v)
+    written = [torch.empty_like(pre), *(torch.empty_like(v0) for _ in range(8))]
+    return read, written

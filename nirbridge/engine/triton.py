@@ -52,7 +52,15 @@ from ..neurons import modules as M
 from . import precision as _precision
 from . import selfcheck
 from .eager import eager_stepper, scan_neuron
-from .families import FAMILIES, FAMILY_OF, factors, scan_operands
+from .families import (
+    FAMILIES,
+    FAMILY_OF,
+    factors,
+    kernel_buffers,
+    kernel_results,
+    reverse_scan_inputs,
+    scan_operands,
+)
 from .schedule import Level, Request
 
 __all__ = [
@@ -185,27 +193,16 @@ def _forward(pre, v0, i0, a, b, r, leak, threshold, reset, family, spiking, trac
     starts from copies of ``v0`` and ``i0``. Outputs a family does not have (``i``
     without a current, traces not asked for) are 0-d placeholders that alias nothing."""
     steps, n = pre.shape[0], v0.numel()
-    v, i = v0.clone(), (i0.clone() if family == 2 else v0)
-    out = torch.empty_like(pre)
-    trace_v = torch.empty_like(pre) if trace else out
-    trace_i = torch.empty_like(pre) if trace and family == 2 else trace_v
-    v_pre = torch.empty_like(pre) if save else out
+    cuba = family == 2
+    buffers = kernel_buffers(pre, v0, i0, cuba, trace, save, current=cuba and trace)
     operands = _pointers((a, b, r, leak, threshold, reset), v0)
     _neuron_scan[(triton.cdiv(n, _BLOCK),)](
-        pre, v, i, *operands, out, trace_v, trace_i, v_pre,
+        pre, *buffers[:2], *operands, *buffers[2:],
         steps, n,
         FAMILY=family, SPIKING=spiking, TRACE=trace, SAVE=save, BLOCK=_BLOCK,
         enable_fp_fusion=_precision.contract(),
     )  # fmt: skip
-    placeholder = v.new_zeros(())
-    return (
-        out,
-        v,
-        i if family == 2 else placeholder,
-        trace_v if trace else placeholder,
-        trace_i if trace and family == 2 else placeholder,
-        v_pre if save else placeholder,
-    )
+    return kernel_results(buffers, cuba, trace, save, current=cuba and trace)
 
 
 def _pointers(operands: tuple[torch.Tensor, ...], stand_in: torch.Tensor) -> list[torch.Tensor]:
@@ -232,23 +229,14 @@ class _Scan(torch.autograd.Function):
         return results
 
     @staticmethod
-    def backward(ctx: Any, g_out, g_v, g_i, g_trace_v, g_trace_i, _g_v_pre):  # type: ignore[override]
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
         pre, v0, i0, a, b, r, leak, threshold, reset, out, trace_v, trace_i, v_pre = ctx.saved_tensors
         steps, n = pre.shape[0], v0.numel()
-        zeros = torch.zeros_like(v0)
-        g_out = g_out.contiguous() if g_out is not None else torch.zeros_like(pre)
-        g_v = g_v.contiguous() if g_v is not None else zeros
-        g_i = g_i.contiguous() if g_i is not None and g_i.dim() else zeros
-        g_trace_v = g_trace_v.contiguous() if g_trace_v is not None else torch.zeros_like(pre)
-        g_trace_i = g_trace_i.contiguous() if g_trace_i is not None and g_trace_i.dim() else g_trace_v
-        g_pre = torch.empty_like(pre)
-        g_v0, g_i0 = torch.empty_like(v0), torch.empty_like(v0)
-        g_params = [torch.empty_like(v0) for _ in range(6)]
+        read, written = reverse_scan_inputs(grads, pre, v0, ctx.family == 2)
+        g_pre, g_v0, g_i0, *g_params = written
         _neuron_scan_backward[(triton.cdiv(n, _BLOCK),)](
             pre, v0, i0 if ctx.family == 2 else v0, a, b, r, leak, threshold, reset,
-            out, trace_v, trace_i, v_pre,
-            g_out, g_v, g_i, g_trace_v, g_trace_i,
-            g_pre, g_v0, g_i0, *g_params,
+            out, trace_v, trace_i, v_pre, *read, *written,
             steps, n, ctx.alpha,
             FAMILY=ctx.family, SPIKING=ctx.spiking, BLOCK=_BLOCK,
             enable_fp_fusion=_precision.contract(),

@@ -44,6 +44,7 @@ import torch
 from ..neurons import modules as M
 from . import loops, selfcheck
 from . import precision as _precision
+from .families import kernel_buffers, kernel_results
 from .loops import PROBES, WIDEST, operands, sums_in_order
 from .schedule import Level, Recorded, Request
 from .triton import FAMILIES, CompilationError, OutOfResources, give_up, triton
@@ -136,13 +137,10 @@ def _launch(
     every step in ``trace_i``. What is not written is a 0-d placeholder of its own."""
     steps, batch, n = ext.shape
     cuba = family == "cuba"
-    v = v0.clone(memory_format=torch.contiguous_format)
-    i = i0.clone(memory_format=torch.contiguous_format) if cuba else v
-    out, rec = torch.empty_like(ext), torch.empty_like(ext)
-    trace_v = torch.empty_like(ext) if trace else out
-    keep_i = cuba and (trace or save)
-    trace_i = torch.empty_like(ext) if keep_i else trace_v
-    v_pre = torch.empty_like(ext) if save else out
+    current = cuba and (trace or save)
+    buffers = kernel_buffers(ext, v0, i0, cuba, trace, save, current)
+    v, i, out, trace_v, trace_i, v_pre = buffers
+    rec = torch.empty_like(ext)
     start = previous if previous is not None else v
     scale, a, b, r, leak, threshold, reset = (t if t.dim() else v for t in operands)  # 0-d: never read
     block_n = triton.next_power_of_2(n)
@@ -155,15 +153,8 @@ def _launch(
         TRACE=trace, SAVE=save, BLOCK_B=block_b, BLOCK_N=block_n,
         enable_fp_fusion=_precision.contract(),
     )  # fmt: skip
-    return (
-        out,
-        rec,
-        v,
-        i if cuba else ext.new_zeros(()),
-        trace_v if trace else ext.new_zeros(()),
-        trace_i if keep_i else ext.new_zeros(()),
-        v_pre if save else ext.new_zeros(()),
-    )
+    out, *rest = kernel_results(buffers, cuba, trace, save, current)
+    return (out, rec, *rest)
 
 
 if triton is not None:

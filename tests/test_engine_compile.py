@@ -218,3 +218,29 @@ def test_a_recurrent_subgraph_inside_a_loop_compiles_without_the_cpp_wrapper(rng
     for key, value in eager.records.items():
         assert torch.equal(compiled.records[key], value), key
     assert torch.equal(compiled.output, eager.output)
+
+
+def test_an_exact_compiled_run_on_cuda_warns_that_it_may_differ_and_points_to_triton():
+    """inductor's CUDA code differed from stepping on an H200 (docs/gpu.md); on the CPU,
+    and under "fast", compiled runs say nothing."""
+    from nirbridge.engine.compile import inexact_on
+
+    why = inexact_on(torch.device("cuda", 0), "exact")
+    assert why is not None and "backend='triton'" in why and "differ from stepping" in why
+    assert inexact_on(torch.device("cuda"), "fast") is None
+    assert inexact_on(torch.device("cpu"), "exact") is None
+
+
+@pytest.mark.parametrize("device", ["cpu", *(["cuda"] if torch.cuda.is_available() else [])])
+def test_the_warning_comes_once_per_module_and_only_on_cuda(device, rng):
+    graph = nir.NIRGraph.from_list(
+        nir.Affine(rng.normal(size=(3, 2)), np.zeros(3)), neuron_params(rng, 3, "LIF")
+    )
+    gm = nirbridge.nir_to_torch(graph, dt=DT, device=device).requires_grad_(False)
+    x = torch.from_numpy(rng.uniform(0, 3, (6, 2, 2))).float().to(device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            nirbridge.run(gm, x, backend="compile")
+    ours = [w for w in caught if issubclass(w.category, nirbridge.CompileWarning)]
+    assert len(ours) == (1 if device == "cuda" else 0), [str(w.message) for w in ours]

@@ -45,7 +45,8 @@ def test_chunk_length_follows_what_a_chunk_costs():
 
 def test_a_cpu_run_takes_the_cpu_chunk_length(monkeypatch):
     """run's chunks follow the back-end that runs them (seen by the chunk lengths the
-    stepper gets)."""
+    stepper gets), and on the CPU back-end a last chunk of at most a quarter of the
+    length joins the one before it."""
     from nirbridge.engine import cpu
 
     lengths = []
@@ -57,13 +58,14 @@ def test_a_cpu_run_takes_the_cpu_chunk_length(monkeypatch):
 
     monkeypatch.setattr(cpu, "cpu_stepper", counting)
     gm = nirbridge.nir_to_torch(nirbridge.read(SRNN), dt=1e-4)
-    x = torch.zeros(500, 32, 12)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
-        nirbridge.run(gm, x)
-        assert lengths == [431, 69]
-        nirbridge.run(gm, x, backend="eager")
-    assert lengths == [431, 69]  # the eager back-end is not the cpu stepper
+        for steps, expected in ((600, [431, 169]), (431 + 108, [431, 108]), (431 + 107, [538]), (500, [500])):
+            lengths.clear()
+            nirbridge.run(gm, torch.zeros(steps, 32, 12))
+            assert lengths == expected
+        nirbridge.run(gm, torch.zeros(600, 32, 12), backend="eager")
+    assert lengths == [500]  # the eager back-end is not the cpu stepper
 
 
 def test_step_bytes_come_from_the_declared_shapes():

@@ -203,7 +203,9 @@ autograd) is a Python round trip. Measured on 1 thread, the Braille SRNN ran fas
 with 64-step chunks at batch 256 (42 ms against 63 ms with 16) and whole 500-step ones
 at batch 32 (5.2 ms against 7.1 ms with 128); the half keeps the dense chain's chunks
 (and its peak memory: 148 MiB against 97 MiB for T=5000 with 256-step chunks) as they
-were."""
+were. On this back-end a last chunk of at most a quarter of the length joins the one
+before it (``run``): at batch 32, 500 steps in one chunk took 4.3 ms against 5.3 ms as
+431 + 69."""
 
 
 def step_bytes(level: Level, batch: int, element_size: int) -> int | None:

@@ -26,6 +26,7 @@ from torch import nn
 
 import nirbridge
 from nirbridge.adapters import elasticai
+from nirbridge.adapters.elasticai import literals
 from tests.conftest import EXAMPLES
 from tests.graphs import assert_same, random_graphs
 
@@ -200,7 +201,7 @@ def test_nir_graphs_go_to_ir_and_back_unchanged(graph):
     again = elasticai.to_nir(ir, state)
     assert_same(graph, again)
     ir_again, state_again = elasticai.from_nir(again)
-    assert elasticai._same(ir_again, ir)
+    assert literals._same(ir_again, ir)
     same_state(state_again, state)
 
 
@@ -1273,7 +1274,7 @@ def test_the_bounded_literal_reader_reads_what_repr_writes_as_ast_literal_eval_d
     import ast
 
     text = repr(value)
-    assert elasticai._same(elasticai.parse_literal(text), ast.literal_eval(text))
+    assert literals._same(literals.parse_literal(text), ast.literal_eval(text))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))

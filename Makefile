@@ -21,6 +21,13 @@
 # simulation packages the IR does not use), after tomlkit and pyserial, which it does
 # use (click is already a nirbridge dependency): installed last, --no-deps packages
 # leave pip nothing to report about their undeclared dependencies.
+# `make test` also makes a second virtualenv, .venv312, for elasticai.creator 0.68.0 (its
+# current release), which needs Python >= 3.12: the first of python3.12 and python3.13 on
+# PATH, else in pyenv's versions (PYTHON312=/path/to/python names one). It holds torch,
+# nirbridge and 0.68, and runs tests/test_elasticai_068.py. Its torch comes from pip's
+# index (TORCH_SPEC/TORCH_INDEX apply too): on Linux x86_64 the CUDA build, about 4.7 GB and
+# 1.5 minutes on this project's CI machines; once made, it is reused until pyproject.toml
+# or this Makefile changes.
 # The tests also need two programs: Chromium, for the headless check of the built docs,
 # and graphviz's dot, for `nirbridge draw`; `tools` installs them when they are missing,
 # with apt-get (as root, or through sudo) or, on macOS, Homebrew.
@@ -38,6 +45,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TORCH_SPEC ?=
 TORCH_INDEX ?=
 TORCH_PTH := nirbridge-torch-from-python.pth
+PYTHON312 ?= $(shell for c in python3.12 python3.13 $$HOME/.pyenv/versions/3.12*/bin/python3.12 \
+	$$HOME/.pyenv/versions/3.13*/bin/python3.13; do "$$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' \
+	2>/dev/null && { command -v "$$c"; break; }; done)
+VENV312 := .venv312
+PY312 := $(VENV312)/bin/python
+STAMP312 := $(VENV312)/.installed
 NOTEBOOK_ARGS ?=
 
 .PHONY: demo test docs tools bench lint notebooks clean
@@ -88,6 +101,18 @@ $(STAMP): $(DEMO_STAMP)
 	$(PY) -c "import torch, nir, norse, snntorch, nirtorch"
 	touch $(STAMP)
 
+# elasticai.creator 0.68 beside Python >= 3.12 (see the top)
+$(STAMP312): pyproject.toml Makefile
+	@[ -n "$(PYTHON312)" ] || { echo "elasticai.creator 0.68's tests (tests/test_elasticai_068.py) need" \
+		"Python >= 3.12, and none was found on PATH or in pyenv; install one, or name it:" \
+		"make test PYTHON312=/path/to/python3.12" >&2; exit 1; }
+	$(PYTHON312) -m venv --clear $(VENV312)
+	$(if $(TORCH_SPEC)$(TORCH_INDEX),$(PY312) -m pip install -q --disable-pip-version-check \
+		'$(or $(TORCH_SPEC),torch)' $(if $(TORCH_INDEX),--index-url '$(TORCH_INDEX)'))
+	$(PY312) -m pip install -q --disable-pip-version-check -e . elasticai.creator==0.68.0 "pytest>=8" "hypothesis>=6.100"
+	$(PY312) -c "import sys, torch, elasticai.creator.torch2ir; print(f'.venv312: Python {sys.version.split()[0]}, torch {torch.__version__}')"
+	touch $(STAMP312)
+
 demo: $(DEMO_STAMP)
 	$(PY) -m nirbridge.demo
 
@@ -104,8 +129,9 @@ tools:
 		echo "install Chromium and Graphviz (dot) with this system's package manager" >&2; exit 1; \
 	fi
 
-test: $(STAMP) tools
+test: $(STAMP) $(STAMP312) tools
 	$(PY) -m pytest -q
+	$(PY312) -m pytest -q tests/test_elasticai_068.py
 
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict --site-dir build/site
@@ -128,4 +154,4 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check nirbridge tests benchmarks notebooks docs/hooks
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VENV312) build *.egg-info

@@ -13,7 +13,7 @@ keeps catching them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 
 class NirBridgeError(Exception):
@@ -80,11 +80,21 @@ class UnsupportedModuleError(NirBridgeError, ValueError):
 class UnsupportedImplementationError(NirBridgeError, ValueError):
     """The elasticai.creator IR holds implementation types with no NIR converter.
 
-    ``offenders`` maps each type to the IR nodes that use it.
+    ``offenders`` maps each type to the IR nodes that use it; ``advice`` gives, for the
+    types it knows, what to use instead.
     """
 
-    def __init__(self, offenders: dict[str, list[str]], supported: Iterable[str]) -> None:
-        lines = [f"  {kind}: {', '.join(nodes)}" for kind, nodes in offenders.items()]
+    def __init__(
+        self,
+        offenders: dict[str, list[str]],
+        supported: Iterable[str],
+        advice: Mapping[str, str] | None = None,
+    ) -> None:
+        advice = advice or {}
+        lines = [
+            f"  {kind}: {', '.join(nodes)}" + (f"\n    ({advice[kind]})" if kind in advice else "")
+            for kind, nodes in offenders.items()
+        ]
         first = next(iter(offenders))
         super().__init__(
             f"the IR holds {len(offenders)} type(s) NIR cannot express (type: nodes):\n"

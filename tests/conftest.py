@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import sys
 
 import nir
 import numpy as np
@@ -15,6 +16,10 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from tests.reference import Reference
+
+# elasticai.creator 0.68 cannot be imported before Python 3.12: its tests run in .venv312,
+# which `make test` makes and runs them in (the Makefile's top says how)
+collect_ignore = ["test_elasticai_068.py"] if sys.version_info < (3, 12) else []
 
 # real .nir files written by other projects, copied from the team's shared/nir-examples
 # (sources in SOURCES.md there) so that a clone anywhere runs the same tests

@@ -6,6 +6,7 @@ computes."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -1384,3 +1385,117 @@ def test_irs_with_hostile_fields_convert_or_raise_nirbridge_errors(data):
             elasticai.to_nir(*elasticai.from_nir(graph))
         except nirbridge.NirBridgeError:
             pass
+
+
+# ----------------------------------------------------------------------------- 0.68's forms, from fixtures
+# elasticai.creator 0.68 needs Python >= 3.12: tests/test_elasticai_068.py runs it for real
+# (in .venv312); here its forms come from the files its own converters and serializers
+# wrote (tests/data/elasticai-0.68/make_fixtures.py)
+
+FIXTURES_068 = EXAMPLES.parent / "elasticai-0.68"
+
+
+def fixture_068(name: str) -> dict:
+    return json.loads((FIXTURES_068 / f"{name}.json").read_text())
+
+
+def tensor_of(entry: dict) -> torch.Tensor:
+    return torch.tensor(entry["data"], dtype=getattr(torch, entry["dtype"])).reshape(entry["shape"])
+
+
+def pair(document: dict, form: str) -> tuple[dict, dict]:
+    return document[form]["root"], document[form]["registry"]
+
+
+@pytest.mark.parametrize("form", ["ir", "legacy", "with_params"])
+@pytest.mark.parametrize("name", ["linear", "conv1d"])
+def test_0_68s_forms_convert_and_compute_what_the_model_computed(name, form):
+    """IrSerializer's and IrSerializerLegacy's (root, registry) dicts with the
+    state_dict, and Torch2IrWithParams' IR alone (it carries the weights): the NIR graph
+    computes what the torch model computed under 0.68."""
+    document = fixture_068(name)
+    state = {k: tensor_of(v) for k, v in document["state_dict"].items()}
+    x, expected = tensor_of(document["input"]), tensor_of(document["output"])
+    given = None if form == "with_params" else state
+    graph = elasticai.to_nir(pair(document, form), given, input_shape=tuple(x.shape[1:]))
+    out, _ = nirbridge.nir_to_torch(graph, dtype=torch.float32)(x)
+    # the fixture's output came from another process's BLAS: equal here, but a float32
+    # sum may round otherwise on another processor
+    assert torch.allclose(out, expected, rtol=0, atol=1e-6), (out - expected).abs().max()
+    if form != "ir":
+        assert_same(elasticai.to_nir(pair(document, "ir"), state, input_shape=tuple(x.shape[1:])), graph)
+
+
+@pytest.mark.parametrize("name", ["linear", "conv1d"])
+def test_from_nir_writes_0_68s_dicts_as_its_serializer_wrote_them(name):
+    """Without 0.68 installed, from_nir(ir_version="0.68") gives the (root, registry)
+    dicts; they are what 0.68's IrSerializer wrote for the same model."""
+    document = fixture_068(name)
+    state = {k: tensor_of(v) for k, v in document["state_dict"].items()}
+    shape = tuple(document["input"]["shape"][1:])
+    graph = elasticai.to_nir(pair(document, "ir"), state, input_shape=shape)
+    (root, registry), back = elasticai.from_nir(graph, ir_version="0.68")
+    assert json.loads(json.dumps({"root": root, "registry": registry})) == document["ir"]
+    same_state(back, state)
+
+
+def test_0_66_to_nir_to_0_68_to_nir_and_back_is_exact():
+    """0.66's Torch2Ir → NIR → 0.68's dicts → NIR → 0.66's dicts: the same NIR graph both
+    times, and the IR it started from."""
+    for name, (make, shape) in MODELS.items():
+        model = make()
+        ir = as_dicts(lower(model))
+        graph = elasticai.to_nir(ir, model.state_dict(), input_shape=shape)
+        as_068, state = elasticai.from_nir(graph, ir_version="0.68")
+        again = elasticai.to_nir(as_068, state, input_shape=shape)  # as it was given
+        assert_same(graph, again)
+        assert elasticai.from_nir(again)[0] == ir, name
+
+
+def test_a_nested_graph_keeps_nir_s_edge_order_in_0_68s_node_ordered_edges():
+    """0.68 gives a graph's edges by source in node order; where that is not NIR's order
+    the root carries NIR's in 'nir_edges', so the graph comes back as it was."""
+    graph = nirbridge.read(
+        EXAMPLES / "spyx__docs__examples__nir__rsnn__braille_noDelay_bias_zero_subgraph.nir"
+    )
+    (root, registry), state = elasticai.from_nir(graph, ir_version="0.68")
+    assert list(root["edges"]) == list(root["nodes"])  # every node a source, in node order
+    assert "nir_edges" in root["attributes"]
+    assert_same(graph, elasticai.to_nir((root, registry), state), dtypes=False)
+
+
+def test_0_68s_types_without_a_nir_form_are_refused_by_name_with_what_to_use():
+    document = fixture_068("residual")
+    state = {k: tensor_of(v) for k, v in document["state_dict"].items()}
+    with pytest.raises(nirbridge.UnsupportedImplementationError) as info:
+        elasticai.to_nir(pair(document, "ir"), state, input_shape=(2, 8, 8))
+    assert set(info.value.offenders) == {"batchnorm2d", "maxpool2d", "adaptiveavgpool2d", "add"}
+    assert "'norm' (implementation 'norm')" in str(info.value) and "fold it into the convolution" in str(
+        info.value
+    )
+
+
+def test_ir_version_0_66_gives_0_66s_implementations_that_ir2torch_rebuilds():
+    model = MODELS["linear"][0]()
+    graph = elasticai.to_nir(lower(model), model.state_dict())
+    implementations, state = elasticai.from_nir(graph, ir_version="0.66")
+    assert all(isinstance(i, Implementation) for i in implementations)
+    assert {i.name: i.as_dict() for i in implementations} == elasticai.from_nir(graph)[0]
+    assert elasticai.from_nir(graph, ir_version="0.66", as_dicts=True)[0] == elasticai.from_nir(graph)[0]
+    rebuilt = ir2torch_converter().convert(implementations, state_dict=state)
+    x = torch.randn(4, 6)
+    with torch.no_grad():
+        assert torch.equal(rebuilt(x), model(x))
+    assert elasticai.installed_version() == "0.66"
+    with pytest.raises(nirbridge.ParameterError, match=r"ir_version='0.67': give '0.66'"):
+        elasticai.from_nir(graph, ir_version="0.67")
+
+
+def test_a_generator_read_twice_is_an_error_saying_to_keep_a_list():
+    """0.66's Torch2Ir().convert(model) is a generator: to_nir reads it, and a second
+    call (write, say) would see nothing."""
+    model = MODELS["linear"][0]()
+    ir = torch2ir_converter().convert(model)
+    elasticai.to_nir(ir, model.state_dict())
+    with pytest.raises(nirbridge.GraphStructureError, match=r"list\(converter.convert\(model\)\)"):
+        elasticai.write("unused.nir", ir, model.state_dict())

@@ -79,6 +79,7 @@ from ...errors import (
     RepairWarning,
     UnsupportedImplementationError,
 )
+from . import ir066, ir068
 from .ir_to_nir import _ir_to_graph, _listed, _prefixed
 from .literals import MAX_LITERAL_CHARS
 from .mapping import (
@@ -101,6 +102,7 @@ from .roundtrip import _record_ir_in_metadata, _record_nir_in_ir
 
 __all__ = [
     "FROM_NIR",
+    "IR_VERSIONS",
     "MAX_LITERAL_CHARS",
     "TO_NIR",
     "affine_from_nir",
@@ -108,6 +110,7 @@ __all__ = [
     "flatten_from_nir",
     "flatten_to_nir",
     "from_nir",
+    "installed_version",
     "linear_from_nir",
     "linear_to_nir",
     "read",
@@ -173,31 +176,77 @@ def to_nir(
     return graph
 
 
+IR_VERSIONS = ("0.66", "0.68")
+"""The IR forms :func:`from_nir` writes: 0.66 (0.63-0.67) and 0.68."""
+
+
+def installed_version() -> str | None:
+    """The IR form of the elasticai.creator installed here: ``"0.66"`` for 0.63-0.67,
+    ``"0.68"`` for 0.68 and later, None where none is installed (or an older one)."""
+    from importlib import metadata
+
+    try:
+        text = metadata.version("elasticai.creator")
+    except metadata.PackageNotFoundError:
+        return None
+    try:
+        major, minor = (int(part) for part in text.split(".")[:2])
+    except ValueError:
+        return None
+    if (major, minor) >= (0, 68):
+        return "0.68"
+    return "0.66" if (major, minor) >= (0, 63) else None
+
+
 def from_nir(
     graph: nir.NIRGraph | str | os.PathLike[str],
     *,
     type_map: Mapping[type, FromNir] | None = None,
-) -> tuple[IR, StateDict]:
+    ir_version: str | None = None,
+    as_dicts: bool = False,
+) -> tuple[Any, StateDict]:
     """Translate a NIR graph (or a ``.nir`` file) into an elasticai.creator IR.
 
-    Returns ``(ir, state_dict)``: the IR as ``{name: Implementation.as_dict()}`` in the
-    0.63-0.67 form (root ``""`` of type ``"module"``, edges ``{src: {dst: {}}}``), ready
-    for ``Implementation.load_from_dict``, and the weights as tensors keyed
-    ``"<implementation>.<field>"``, ready for elasticai's ``Ir2Torch``. ``type_map``:
-    ``{nir type: fn(node) -> (type, attributes, parameters) | None}`` entries that win
-    over :data:`FROM_NIR`. See the module docs for the table and what is stored where.
-    What :func:`to_nir` stored in metadata is checked to have the type it is written
-    with; anything else is a :class:`~nirbridge.ParameterError` naming the file, the
-    node and the metadata key.
+    Returns ``(ir, state_dict)``, the weights as tensors keyed
+    ``"<implementation>.<field>"``, ready for elasticai's ``Ir2Torch``, and the IR in the
+    form ``ir_version`` asks for:
+
+    * ``None`` (the default): ``{name: Implementation.as_dict()}`` in the 0.63-0.67
+      form (root ``""`` of type ``"module"``, edges ``{src: {dst: {}}}``);
+    * ``"0.66"``: 0.66's ``Implementation`` objects (a list, root first) where
+      elasticai.creator 0.63-0.67 is installed, for ``Ir2Torch().convert(ir, state_dict)``;
+      else, or with ``as_dicts=True``, the dicts above;
+    * ``"0.68"``: 0.68's ``(root, registry)`` pair of ``DataGraph``s where
+      elasticai.creator 0.68 or later is installed, for ``Ir2Torch()(root, registry,
+      state_dict)``; else, or with ``as_dicts=True``, the pair as ``IrSerializer``
+      writes it (``{"nodes", "edges", "attributes"}``).
+
+    ``type_map``: ``{nir type: fn(node) -> (type, attributes, parameters) | None}``
+    entries that win over :data:`FROM_NIR`. See the module docs for the table and what
+    is stored where. What :func:`to_nir` stored in metadata is checked to have the type
+    it is written with; anything else is a :class:`~nirbridge.ParameterError` naming the
+    file, the node and the metadata key.
     """
+    if ir_version is not None and ir_version not in IR_VERSIONS:
+        raise ParameterError(
+            f"ir_version={ir_version!r}: give '0.66' (elasticai.creator 0.63-0.67), '0.68' (0.68 and "
+            "later) or None (0.66's dicts)"
+        )
     source = ""
     if not isinstance(graph, nir.NIRNode):
         source = str(os.fspath(graph)) if isinstance(graph, (str, os.PathLike)) else ""
         graph = io.read(graph)
     try:
-        return _from_nir(graph, type_map)
+        ir, state = _from_nir(graph, type_map)
     except NirBridgeError as error:
         raise (_prefixed(error, source) if source else error) from None
+    objects = not as_dicts and ir_version == installed_version()
+    if ir_version == "0.66" and objects:
+        return ir066.to_objects(ir), state
+    if ir_version == "0.68":
+        root, registry = ir068.to_dicts(ir)
+        return (ir068.to_objects(root, registry) if objects else (root, registry)), state
+    return ir, state
 
 
 def _checked_map(type_map: Any, kind: type, what: str) -> dict[Any, Any]:
@@ -277,11 +326,16 @@ def write(
 
 
 def read(
-    path: str | os.PathLike[str], *, type_map: Mapping[type, FromNir] | None = None
-) -> tuple[IR, StateDict]:
-    """Read a ``.nir`` file as ``(ir, state_dict)`` (see :func:`from_nir`).
+    path: str | os.PathLike[str],
+    *,
+    type_map: Mapping[type, FromNir] | None = None,
+    ir_version: str | None = None,
+    as_dicts: bool = False,
+) -> tuple[Any, StateDict]:
+    """Read a ``.nir`` file as ``(ir, state_dict)`` (see :func:`from_nir`, which takes
+    the same ``ir_version`` and ``as_dicts``).
 
     An IR written without shapes (``input_shape=`` given to :func:`write`) comes back
     without them, as it was; give ``input_shape`` again to convert it.
     """
-    return from_nir(path, type_map=type_map)
+    return from_nir(path, type_map=type_map, ir_version=ir_version, as_dicts=as_dicts)

@@ -41,6 +41,7 @@ from .mapping import (
     _IO_FIELDS,
     _NODE_FIELDS,
     _WEIGHTS,
+    INSTEAD,
     ToNir,
     _Attributes,
     _generic_to_nir,
@@ -92,6 +93,16 @@ class _IrToNir:
                 of_graphs.append(key)
             else:
                 self.parameters.setdefault(owner, {})[field] = value
+        for impl in impls.values():  # weights the IR carries (0.68's Torch2IrWithParams)
+            for field, value in impl.weights.items():
+                given = self.parameters.setdefault(impl.name, {})
+                if field in given and not np.array_equal(_array(f"{impl.name}.{field}", given[field]), value):
+                    raise ParameterError(
+                        f"implementation {impl.name!r}: its attributes carry a {field!r} "
+                        f"(Torch2IrWithParams) that differs from the state_dict's "
+                        f"'{impl.name}.{field}'; give one of them"
+                    )
+                given.setdefault(field, value)
         if nameless:
             raise ParameterError(_nameless_keys(nameless, impls))
         if of_graphs:
@@ -159,7 +170,7 @@ class _IrToNir:
                 cost[impl.name] = own * _NODE_BYTES + sum(cost[t] for t in used)
                 count[impl.name] = own + sum(count[t] for t in used)
         if offenders:
-            raise UnsupportedImplementationError(offenders, sorted(self.type_map))
+            raise UnsupportedImplementationError(offenders, sorted(self.type_map), INSTEAD)
         check_memory(
             cost[self.root],
             f"the NIR graph of this IR ({count[self.root]} nodes: a node for every use of every "

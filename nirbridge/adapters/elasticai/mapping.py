@@ -174,6 +174,22 @@ TO_NIR: dict[str, ToNir] = {
 ``parameters`` are the implementation's state_dict entries as numpy arrays (by field).
 NIR type names (``"LIF"``) and nested graphs are handled besides these."""
 
+INSTEAD: dict[str, str] = {
+    "add": "NIR sums every edge into a node: leave the add out and connect its inputs to the layer after it",
+    "batchnorm1d": "NIR has no batch normalization: fold it into the layer before it "
+    "(weight * gamma / sqrt(var + eps), (bias - mean) * gamma / sqrt(var + eps) + beta) before converting",
+    "batchnorm2d": "NIR has no batch normalization: fold it into the convolution before it "
+    "(weight * gamma / sqrt(var + eps), (bias - mean) * gamma / sqrt(var + eps) + beta) before converting",
+    "maxpool1d": "NIR has no max pooling: use an average or sum pooling (nir.AvgPool2d, nir.SumPool2d)",
+    "maxpool2d": "NIR has no max pooling: use nn.AvgPool2d (nir.AvgPool2d) or a sum pooling",
+    "adaptiveavgpool2d": "NIR has no adaptive pooling: use nn.AvgPool2d with kernel_size = stride = "
+    "input size / output size",
+    "relu": "NIR has no stateless activation: a spiking network puts neuron nodes (IF, LIF, ...) there",
+    "sigmoid": "NIR has no stateless activation: a spiking network puts neuron nodes (IF, LIF, ...) there",
+}
+"""What to use instead of the elasticai types that no NIR node expresses (0.68's default
+handlers give all of these), said when an IR holds one."""
+
 _WEIGHTS: dict[Callable[..., Any], tuple[str, ...]] = {
     linear_to_nir: ("weight", "bias"),
     TO_NIR["conv1d"]: ("weight", "bias"),

@@ -5,6 +5,7 @@ documentation's ``(src, dst)`` edges and 0.68's ``attributes`` blocks.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import torch
 from ...errors import (
     GraphStructureError,
 )
+from . import ir066, ir068
 from .checks import (
     _check_nesting,
     _check_node_side_channel,
@@ -39,22 +41,19 @@ class _Impl:
     attributes: dict[str, Any]
     nodes: dict[str, dict[str, Any]]
     edges: list[tuple[str, str, dict[str, Any]]]
+    weights: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # Torch2IrWithParams' (ir068)
 
 
 def _entries(ir: Any) -> list[tuple[str, dict[str, Any]]]:
     """(name, record) pairs from every spelling of an IR."""
-    if (
-        isinstance(ir, tuple)
-        and len(ir) == 2
-        and isinstance(ir[0], Mapping)
-        and "attributes" in ir[0]
-        and isinstance(ir[1], Mapping)
-    ):  # 0.68: (root graph, registry)
-        root = _record(ir[0], "the root graph")
-        return [
-            ("", root),
-            *((_name(k, "the registry"), _record(v, f"implementation {k!r}")) for k, v in ir[1].items()),
-        ]
+    found = ir068.entries(ir)
+    if found is not None:
+        return found
+    if ir068.is_graph(ir):
+        raise GraphStructureError(
+            "the IR is one elasticai.creator 0.68 DataGraph; give the (root, registry) pair that "
+            "Torch2Ir returns: to_nir((root, registry), state_dict)"
+        )
     if isinstance(ir, Mapping):
         return [(_name(k, "the IR"), _record(v, f"implementation {k!r}")) for k, v in ir.items()]
     if isinstance(ir, (str, bytes, os.PathLike)):
@@ -63,14 +62,7 @@ def _entries(ir: Any) -> list[tuple[str, dict[str, Any]]]:
             "use nirbridge.adapters.elasticai.read(path)"
         )
     if isinstance(ir, Iterable) and not isinstance(ir, (np.ndarray, torch.Tensor)):
-        entries = []
-        for index, item in enumerate(ir):
-            record = _record(item, f"item {index} of the IR")
-            name = getattr(item, "name", record.get("name"))
-            if not isinstance(name, str):
-                raise GraphStructureError(f"item {index} of the IR has no name; give each implementation one")
-            entries.append((name, record))
-        return entries
+        return ir066.entries(ir)
     raise GraphStructureError(
         f"the IR must be elasticai Implementations, a dict of their as_dict() forms or a "
         f"(root, registry) pair; got {type(ir).__name__}"
@@ -244,8 +236,14 @@ def _normalize(ir: Any) -> tuple[dict[str, _Impl], str]:
         for key, field in attributes.items():
             _check_nesting(field, f"{where}, field {key!r}")
         _check_side_channel(attributes, where, kind in _GRAPH_TYPES)
+        weights = ir068.carried_weights(kind, attributes, where)
         impls[name] = _Impl(
-            name, kind, attributes, _nodes(record.get("nodes"), where), _edges(record.get("edges"), where)
+            name,
+            kind,
+            attributes,
+            _nodes(record.get("nodes"), where),
+            _edges(record.get("edges"), where),
+            weights,
         )
     roots = [i.name for i in impls.values() if i.type == "module"]
     if not roots:
@@ -256,14 +254,3 @@ def _normalize(ir: Any) -> tuple[dict[str, _Impl], str]:
             raise GraphStructureError(f"implementations {roots} all have type 'module'; which is the root?")
         return impls, named[0]
     return impls, roots[0]
-
-
-def _as_dict(impl: _Impl, root: bool) -> dict[str, Any]:
-    """The 0.63-0.67 ``Implementation.as_dict()`` form."""
-    nodes = {name: dict(record) for name, record in impl.nodes.items()}
-    edges: dict[str, dict[str, Any]] = {}
-    for src, dst, data in impl.edges:
-        edges.setdefault(src, {})[dst] = dict(data)
-    if root:
-        return {**impl.attributes, "nodes": nodes, "edges": edges, "type": impl.type, "name": impl.name}
-    return {**impl.attributes, "nodes": nodes, "edges": edges, "name": impl.name, "type": impl.type}

@@ -17,10 +17,11 @@ from ...errors import (
     ParameterError,
 )
 from .checks import _IO, _META, _SIDE_CHANNEL, _field_disagreement, _shown
+from .ir066 import as_dict
 from .ir_to_nir import _listed
 from .literals import _literal, _same
 from .mapping import _GRAPH_TYPES, IR, StateDict
-from .records import _as_dict, _Impl
+from .records import _Impl
 
 # ----------------------------------------------------------------------------- the round trip's record
 
@@ -60,7 +61,7 @@ def _record_ir_in_metadata(
 ) -> None:
     """Store in ``graph``'s metadata what NIR → IR would not give back as ``impls`` holds it."""
     structural = ("nodes", "edges", *_SIDE_CHANNEL)
-    originals = {name: _as_dict(impl, name == root) for name, impl in impls.items()}
+    originals = {name: as_dict(impl, name == root) for name, impl in impls.items()}
     given_keys = {name: sorted(fields) for name, fields in used.items()}  # state_dict fields in NIR
     rebuilt_fields: dict[str, list[str]] = {}
     for key in back_state:

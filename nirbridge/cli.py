@@ -635,10 +635,15 @@ def _read_ir_json(path: str) -> tuple[Any, dict[str, Any]]:
             f"{path}: not an elasticai IR file: expected an object with 'ir' and 'state_dict' "
             "(as `nirbridge convert model.nir model.json` writes)"
         )
-    return document["ir"], _state_from_json(document.get("state_dict", {}), path)
+    ir = document["ir"]
+    if isinstance(ir, dict) and set(ir) == {"root", "registry"}:  # 0.68: {"root", "registry"}
+        ir = (ir["root"], ir["registry"])
+    elif isinstance(ir, list) and len(ir) == 2 and all(isinstance(part, dict) for part in ir):
+        ir = (ir[0], ir[1])  # 0.68: [root, registry]
+    return ir, _state_from_json(document.get("state_dict", {}), path)
 
 
-def _write_ir_json(path: str, ir: Any, state_dict: dict[str, Any]) -> None:
+def _write_ir_json(path: str, ir: Any, state_dict: dict[str, Any], ir_version: str) -> None:
     from .io import atomic_write
 
     def default(value: Any) -> Any:
@@ -649,7 +654,12 @@ def _write_ir_json(path: str, ir: Any, state_dict: dict[str, Any]) -> None:
         raise TypeError(f"cannot store a {type(value).__name__} in JSON")
 
     text = json.dumps(
-        {"format": "elasticai.creator IR (nirbridge)", "ir": ir, "state_dict": _json_state(state_dict)},
+        {
+            "format": "elasticai.creator IR (nirbridge)",
+            "ir_version": ir_version,
+            "ir": {"root": ir[0], "registry": ir[1]} if ir_version == "0.68" else ir,
+            "state_dict": _json_state(state_dict),
+        },
         indent=1,
         default=default,
     )
@@ -686,18 +696,27 @@ def _parse_shape(text: str | None) -> tuple[int, ...] | None:
 @click.option(
     "--input-shape", default=None, help="For .json → .nir: the input's shape without batch, e.g. 2,10."
 )
+@click.option(
+    "--ir-version",
+    type=click.Choice(["0.66", "0.68"]),
+    default="0.66",
+    show_default=True,
+    help="For .nir → .json: the elasticai.creator IR form written (0.66: 0.63-0.67's as_dict() "
+    "dicts; 0.68: IrSerializer's root and registry). .json → .nir reads either.",
+)
 @_one_line_errors("convert")
-def convert(source: str, target: str, compression: str, input_shape: str | None) -> None:
+def convert(source: str, target: str, compression: str, input_shape: str | None, ir_version: str) -> None:
     """Convert SOURCE to TARGET, by their suffixes.
 
     \b
     .nir  → .json   the graph as an elasticai.creator IR, with its weights
-    .json → .nir    an elasticai.creator IR file (as written above) as NIR
+    .json → .nir    an elasticai.creator IR file (as written above, either form) as NIR
     .nir  → .nir    the same graph rewritten (e.g. with --compression gzip)
 
     \b
     Example:
       nirbridge convert model.nir model.json
+      nirbridge convert model.nir model.json --ir-version 0.68
       nirbridge convert model.json model.nir --compression gzip
     """
     from .adapters import elasticai
@@ -707,9 +726,10 @@ def convert(source: str, target: str, compression: str, input_shape: str | None)
     kinds = (Path(source).suffix.lower(), Path(target).suffix.lower())
     level = None if compression == "none" else compression
     if kinds == (".nir", ".json"):
-        ir, state_dict = elasticai.from_nir(source)
-        _write_ir_json(target, ir, state_dict)
-        what = f"elasticai IR with {len(ir)} implementation(s), {len(state_dict)} tensor(s)"
+        ir, state_dict = elasticai.from_nir(source, ir_version=ir_version, as_dicts=True)
+        _write_ir_json(target, ir, state_dict, ir_version)
+        count = len(ir) if ir_version == "0.66" else 1 + len(ir[1])
+        what = f"elasticai {ir_version} IR with {count} implementation(s), {len(state_dict)} tensor(s)"
     elif kinds == (".json", ".nir"):
         ir, state_dict = _read_ir_json(source)
         graph = elasticai.to_nir(ir, state_dict, input_shape=_parse_shape(input_shape))

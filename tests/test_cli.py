@@ -415,24 +415,32 @@ def test_convert_between_nir_and_elasticai_json_and_recompress(tmp_path):
         [
             ["convert", BRAILLE, tmp_path / "braille.json"],
             ["convert", BRAILLE, tmp_path / "gzipped.nir", "--compression", "gzip"],
+            ["convert", BRAILLE, tmp_path / "braille068.json", "--ir-version", "0.68"],
         ]
     )
-    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
-    assert results[0].stdout.startswith(f"wrote {tmp_path / 'braille.json'}: elasticai IR with")
+    assert [r.returncode for r in results] == [0, 0, 0], [r.stderr for r in results]
+    assert results[0].stdout.startswith(f"wrote {tmp_path / 'braille.json'}: elasticai 0.66 IR with 6 ")
+    assert results[2].stdout.startswith(f"wrote {tmp_path / 'braille068.json'}: elasticai 0.68 IR with 6 ")
     document = json.loads((tmp_path / "braille.json").read_text())
     ir, state_dict = elasticai.from_nir(BRAILLE)
     assert document["ir"] == json.loads(json.dumps(ir))  # tuples become lists
-    assert set(document["state_dict"]) == set(state_dict)
-    back = nirbridge_cli("convert", tmp_path / "braille.json", tmp_path / "back.nir")
-    assert back.returncode == 0, back.stderr
-    original, again = nirbridge.read(BRAILLE), nirbridge.read(tmp_path / "back.nir")
-    assert list(again.nodes) == list(original.nodes) and again.edges == original.edges
-    for name, node in original.nodes.items():
-        for field, value in vars(node).items():
-            if isinstance(value, np.ndarray):
-                np.testing.assert_array_equal(
-                    getattr(again.nodes[name], field), value, err_msg=f"{name}.{field}"
-                )
+    assert document["ir_version"] == "0.66" and set(document["state_dict"]) == set(state_dict)
+    document = json.loads((tmp_path / "braille068.json").read_text())
+    root, registry = elasticai.from_nir(BRAILLE, ir_version="0.68", as_dicts=True)[0]
+    assert document["ir"] == json.loads(json.dumps({"root": root, "registry": registry}))
+    assert document["ir_version"] == "0.68" and set(document["state_dict"]) == set(state_dict)
+    original = nirbridge.read(BRAILLE)
+    for written in ("braille.json", "braille068.json"):
+        back = nirbridge_cli("convert", tmp_path / written, tmp_path / "back.nir")
+        assert back.returncode == 0, back.stderr
+        again = nirbridge.read(tmp_path / "back.nir")
+        assert list(again.nodes) == list(original.nodes) and again.edges == original.edges
+        for name, node in original.nodes.items():
+            for field, value in vars(node).items():
+                if isinstance(value, np.ndarray):
+                    np.testing.assert_array_equal(
+                        getattr(again.nodes[name], field), value, err_msg=f"{written}: {name}.{field}"
+                    )
     gzipped = nirbridge.read(tmp_path / "gzipped.nir")
     np.testing.assert_array_equal(gzipped.nodes["fc1"].weight, original.nodes["fc1"].weight)
     with h5py.File(tmp_path / "gzipped.nir") as file:

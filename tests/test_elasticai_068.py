@@ -173,3 +173,13 @@ def test_the_fixtures_are_what_0_68_writes():
         fresh = json.loads(json.dumps(module.serialized(root, registry, ir.IrSerializer())))
         assert fresh == stored["ir"], name
         assert stored["made_by"].startswith("elasticai.creator 0.68.0")
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/elasticai.md"])
+def test_the_0_68_examples_run_as_written_and_print_what_they_show(page, tmp_path):
+    from tests.examples import ROOT, examples, run
+
+    found = examples(ROOT / page, "elasticai 0.68")
+    assert found, f"{page} has no elasticai 0.68 example"
+    for code, printed in found:
+        assert run(code, tmp_path) == printed

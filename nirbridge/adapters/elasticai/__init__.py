@@ -1,9 +1,14 @@
 """elasticai.creator IR ⇄ NIR, stored as ``.nir`` HDF5.
 
-elasticai.creator describes a network as a dict of *implementations*: one of type
-``"module"`` (the root, named ``""``) holds ``nodes`` (``{name: {"type",
-"implementation"}}``) and ``edges`` (``{src: {dst: {}}}``); every other implementation
-holds one submodule's hyperparameters. Its IR carries no weights and no shapes: the
+elasticai.creator describes a network as *implementations*: one of type ``"module"``
+(the root) holds ``nodes`` (``{name: {"type", "implementation"}}``) and ``edges``
+(``{src: {dst: {}}}``); every other implementation holds one submodule's type and
+hyperparameters. 0.63-0.67 spell them as ``Implementation`` objects and their
+``as_dict()`` dicts, root named ``""`` (:mod:`.ir066`); 0.68 as a ``(root, registry)``
+pair of ``DataGraph``s and their serialized dicts (:mod:`.ir068`). Every spelling is read
+into one form (:mod:`.records`), converted by :mod:`.ir_to_nir` and :mod:`.nir_to_ir`
+with the type mapping of :mod:`.mapping`; :mod:`.roundtrip` keeps both directions exact.
+The IR carries no weights (except 0.68's ``Torch2IrWithParams``) and no shapes: the
 weights are a ``state_dict`` keyed ``"<implementation>.<field>"`` and shapes follow from
 the input shape.
 
@@ -20,9 +25,9 @@ the NIR type name (``LIF``,     that NIR node: array fields in the state_dict, t
                                 ``"<graph>.<node>"``
 ==============================  ==========================================================
 
-Every other elasticai type (``relu``, ``sigmoid``, ``batchnorm1d``, ``maxpool1d`` …) is
-an :class:`~nirbridge.UnsupportedImplementationError` listing its nodes, unless
-``type_map`` maps it.
+Every other elasticai type (``relu``, ``sigmoid``, ``batchnorm2d``, ``maxpool2d``,
+``add`` …) is an :class:`~nirbridge.UnsupportedImplementationError` listing its nodes
+(with what to use instead, :data:`INSTEAD`), unless ``type_map`` maps it.
 
 Both directions are exact. What one side holds and the other cannot express goes along
 so that a round trip gives back what it started from:
@@ -84,6 +89,7 @@ from .ir_to_nir import _ir_to_graph, _listed, _prefixed
 from .literals import MAX_LITERAL_CHARS
 from .mapping import (
     FROM_NIR,
+    INSTEAD,
     IR,
     TO_NIR,
     FromNir,
@@ -102,6 +108,7 @@ from .roundtrip import _record_ir_in_metadata, _record_nir_in_ir
 
 __all__ = [
     "FROM_NIR",
+    "INSTEAD",
     "IR_VERSIONS",
     "MAX_LITERAL_CHARS",
     "TO_NIR",

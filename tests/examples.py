@@ -36,3 +36,12 @@ def run(code: str, folder: pathlib.Path) -> str:
     finally:
         os.chdir(here)
     return printed.getvalue()
+
+
+def check(page: str, name: str, folder: pathlib.Path) -> None:
+    """Every example ``name`` on ``page`` (a path from the repository's root) runs and
+    prints what the page shows after it."""
+    found = examples(ROOT / page, name)
+    assert found, f"{page} has no example {name!r}"
+    for code, printed in found:
+        assert run(code, folder) == printed, f"{page}: example {name!r}"

@@ -22,7 +22,11 @@ import pytest
 import torch
 from elasticai.creator import ir
 from elasticai.creator.ir2torch import get_default_converter as ir2torch_converter
-from elasticai.creator.torch2ir import Torch2IrWithParams, default_module_handlers
+from elasticai.creator.torch2ir import (
+    Torch2IrWithParams,
+    Torch2IrWithParamsAndBuffers,
+    default_module_handlers,
+)
 from elasticai.creator.torch2ir import get_default_converter as torch2ir_converter
 from torch import nn
 
@@ -51,8 +55,8 @@ MODELS = {
 }
 
 
-def with_params() -> Torch2IrWithParams:
-    converter = Torch2IrWithParams()
+def with_params(kind: type = Torch2IrWithParams) -> Torch2IrWithParams:
+    converter = kind()
     for handler in default_module_handlers:
         converter.register()(handler)
     return converter
@@ -83,14 +87,16 @@ def test_torch2ir_to_nir_and_back_through_ir2torch_computes_the_same(name):
         assert torch.equal(run_nir(graph, x), expected)
 
 
+@pytest.mark.parametrize("kind", [Torch2IrWithParams, Torch2IrWithParamsAndBuffers])
 @pytest.mark.parametrize("name", MODELS)
-def test_torch2ir_with_params_carries_its_weights_into_nir(name):
-    """Torch2IrWithParams puts the weights in the IR (``bias`` then holds the values):
-    to_nir needs no state_dict, and the NIR graph equals the one made with it."""
+def test_torch2ir_with_params_carries_its_weights_into_nir(name, kind):
+    """Torch2IrWithParams (and ...AndBuffers) put the weights in the IR (``bias`` then
+    holds the values): to_nir needs no state_dict, and the NIR graph equals the one
+    made with it."""
     make, shape = MODELS[name]
     torch.manual_seed(0)
     model = make().eval()
-    carried = elasticai.to_nir(with_params()(model), input_shape=shape)
+    carried = elasticai.to_nir(with_params(kind)(model), input_shape=shape)
     given = elasticai.to_nir(torch2ir_converter()(model), model.state_dict(), input_shape=shape)
     assert_same(given, carried)
 
@@ -177,9 +183,12 @@ def test_the_fixtures_are_what_0_68_writes():
 
 @pytest.mark.parametrize("page", ["README.md", "docs/elasticai.md"])
 def test_the_0_68_examples_run_as_written_and_print_what_they_show(page, tmp_path):
-    from tests.examples import ROOT, examples, run
+    from tests.examples import check
 
-    found = examples(ROOT / page, "elasticai 0.68")
-    assert found, f"{page} has no elasticai 0.68 example"
-    for code, printed in found:
-        assert run(code, tmp_path) == printed
+    check(page, "elasticai 0.68", tmp_path)
+
+
+def test_a_lone_data_graph_is_refused_with_what_to_give():
+    root, _ = torch2ir_converter()(MODELS["linear"][0]())
+    with pytest.raises(nirbridge.GraphStructureError, match=r"give the \(root, registry\) pair"):
+        elasticai.to_nir(root)

@@ -90,15 +90,27 @@ def entries(ir: Any) -> list[tuple[str, dict[str, Any]]] | None:
                     f"{where} is {_shown(graph)} ({_kind(graph)}); a registry maps names to DataGraphs"
                 )
             records.append((_name(name, "the registry"), graph_record(graph, where)))
-        return records
-    if isinstance(root, Mapping) and ("attributes" in root or root.get("type") == "module"):
+    elif isinstance(root, Mapping) and ("attributes" in root or root.get("type") == "module"):
         # serialized: IrSerializer's form, or IrSerializerLegacy's (the attributes beside
         # the nodes and edges)
-        return [
+        records = [
             ("", _record(root, "the root graph")),
             *((_name(k, "the registry"), _record(v, f"implementation {k!r}")) for k, v in registry.items()),
         ]
-    return None
+    else:
+        return None
+    return [_root_named(*records[0]), *records[1:]]
+
+
+def _root_named(name: str, record: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The root under the name :func:`to_dicts` keeps in its attributes, if any."""
+    block = record.get("attributes") if isinstance(record.get("attributes"), Mapping) else record
+    given = block.get("name")
+    if not isinstance(given, str) or not given:
+        return name, record
+    if block is record:
+        return given, {k: v for k, v in record.items() if k != "name"}
+    return given, {**record, "attributes": {k: v for k, v in block.items() if k != "name"}}
 
 
 def _numbers(value: Any, depth: int) -> np.ndarray | None:
@@ -177,8 +189,12 @@ def to_dicts(ir: IR) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
             )
         return {"nodes": nodes, "edges": edges, "attributes": attributes}
 
-    root = next(name for name, record in ir.items() if record.get("type") == "module" and name == "")
-    return graph(ir[root]), {name: graph(record) for name, record in ir.items() if name != root}
+    modules = [name for name, record in ir.items() if record.get("type") == "module"]
+    root = next((name for name in ("", "root", "network") if name in modules), modules[0])  # as records reads
+    top = graph(ir[root])
+    if root:  # 0.68's root has no name: one other than "" (the documentation's "root") goes along
+        top["attributes"]["name"] = root
+    return top, {name: graph(record) for name, record in ir.items() if name != root}
 
 
 def to_objects(root: Mapping[str, Any], registry: Mapping[str, Mapping[str, Any]]) -> tuple[Any, Any]:

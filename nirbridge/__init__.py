@@ -11,6 +11,7 @@ semantics are documented in :mod:`nirbridge.neurons.functional` and
 from . import native as native
 from . import neurons as neurons
 from . import testing as testing
+from .conformance import conformance as conformance
 from .data import read_data as read_data
 from .data import write_data as write_data
 from .engine.precision import precision as precision
@@ -91,6 +92,7 @@ __all__ = [
     "UnsupportedNodeError",
     "VerifyError",
     "__version__",
+    "conformance",
     "native",
     "neurons",
     "nir_to_torch",

@@ -49,6 +49,8 @@ import torch
 from torch import nn
 
 from .. import trace
+from ..conformance import own_import
+from ..conformance import register as register_peer
 from ..diagnose import _unsupported
 from ..errors import (
     LossyConversionWarning,
@@ -749,3 +751,16 @@ class NorseModels(NativeSimulator):
 
 
 register(NorseModels())
+
+
+def _own_import(graph: nir.NIRGraph, dt: float) -> tuple[Any, torch.dtype]:
+    """norse's own NIR import, as its users call it: ``norse.torch.from_nir(graph,
+    dt=dt)`` (its default dt is 1e-3), a nirtorch GraphExecutor in float32."""
+    import norse.torch as norse_torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nirtorch.load is deprecated; norse warns of what it ignores
+        return norse_torch.from_nir(graph, dt=dt, ignore_warnings=True), torch.float32
+
+
+register_peer(own_import("norse", "norse", _own_import))

@@ -47,6 +47,8 @@ import torch
 from torch import nn
 
 from .. import trace
+from ..conformance import own_import
+from ..conformance import register as register_peer
 from ..errors import LossyConversionWarning, NirBridgeError
 from ..interpret import DEFAULT_MAP
 from ..native import NativeSimulator, register
@@ -428,3 +430,20 @@ class SnntorchModels(NativeSimulator):
 
 
 register(SnntorchModels())
+
+
+def _own_import(graph: nir.NIRGraph, dt: float) -> tuple[Any, torch.dtype]:
+    """snntorch's own NIR import, as its users call it: ``snntorch.import_nir.
+    import_from_nir(graph)``. It takes no dt (its LIF and CubaLIF assume 1e-4), keeps
+    its neurons' state inside them (a fresh import starts fresh), rewrites the graph it
+    is given and prints to stdout, which is silenced here."""
+    import contextlib
+    import io
+
+    from snntorch.import_nir import import_from_nir
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        return import_from_nir(graph), torch.float32
+
+
+register_peer(own_import("snntorch", "snntorch", _own_import))

@@ -58,6 +58,8 @@ import torch
 from torch import nn
 
 from .. import layers, trace
+from ..conformance import own_import
+from ..conformance import register as register_peer
 from ..errors import LossyConversionWarning, NirBridgeError
 from ..native import NativeSimulator, register
 from ._common import SimulatorNeuron, broadcast, build, export, uniform
@@ -443,3 +445,15 @@ class SpikingjellyModels(NativeSimulator):
 
 
 register(SpikingjellyModels())
+
+
+def _own_import(graph: nir.NIRGraph, dt: float) -> tuple[Any, torch.dtype]:
+    """spikingjelly's own NIR import, as its users call it:
+    ``nir_exchange.import_from_nir(graph, dt=dt, dtype=..., step_mode="s")``, stepped
+    with explicit state; float64 (it computes float32 alike on the example files)."""
+    from spikingjelly.activation_based.nir_exchange import import_from_nir
+
+    return import_from_nir(graph, dt=dt, dtype=torch.float64, step_mode="s"), torch.float64
+
+
+register_peer(own_import("spikingjelly", "spikingjelly", _own_import))

@@ -1,0 +1,402 @@
+"""NIR conformance: every simulator's own NIR import measured against NIR's equations.
+
+``nirbridge.conformance(files)`` runs each ``.nir`` file through nirbridge's float64
+reference (:mod:`.conventions`) and through every simulator available here, on the
+same random spike inputs, and reports for each simulator and file whether the file
+loads (and the error where not), the fraction of output values equal to the
+reference, the first step and output at which they differ, and a diagnosis: the known
+convention (or pair of them) under which the reference gives the simulator's outputs
+exactly, ``"unexplained"`` where none does.
+
+Simulators, by name:
+
+- ``norse``, ``snntorch``, ``spikingjelly``: the simulator's **own** NIR import, as
+  its users call it; the adapter of that simulator registers how (:func:`register`).
+- ``nirbridge+norse``, ``nirbridge+snntorch``, ``nirbridge+spikingjelly``: nirbridge's
+  adapter (``nirbridge.adapters.NAME.from_nir``), its neurons that simulator's.
+
+Spiking outputs must be equal; other outputs (an LI's voltage) agree where
+``|a − b| ≤ 1e-6 + 1e-5·m``, ``m`` the largest ``|b|`` of that output.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import nir
+import numpy as np
+
+from ..errors import NirBridgeError
+from . import conventions
+from .conventions import Outputs
+
+__all__ = [
+    "ConformanceError",
+    "Report",
+    "Result",
+    "Simulator",
+    "conformance",
+    "own_import",
+    "register",
+    "simulators",
+]
+
+Runner = Callable[[str, Mapping[str, np.ndarray], float], Outputs]
+"""``run(path, inputs, dt)``: the file loaded as the simulator loads it, run one step at
+a time from a fresh state over ``inputs`` (``[T, B, ...]`` float64 by Input name);
+its outputs ``[T, B, ...]`` by Output name."""
+
+
+@dataclasses.dataclass
+class Simulator:
+    """A simulator whose NIR import conformance measures."""
+
+    name: str
+    package: str
+    run: Runner
+    version: Callable[[], str | None] = lambda: None
+
+
+class ConformanceError(NirBridgeError):
+    """conformance() was asked for something it cannot measure."""
+
+
+class RunFailure(Exception):
+    """A simulator loaded a file and then failed while running it (``__cause__`` says how)."""
+
+
+_REGISTRY: dict[str, Simulator] = {}
+_OWN = {"norse": "norse", "snntorch": "snntorch", "spikingjelly": "spikingjelly"}
+"""Simulator name -> the nirbridge adapter that registers its own import (imported lazily)."""
+TOLERANCE = (1e-6, 1e-5)  # atol, rtol (relative to the output's largest |value|) for non-spiking outputs
+
+
+def register(simulator: Simulator) -> None:
+    """Make ``simulator`` known to :func:`conformance` (an adapter does this when imported)."""
+    _REGISTRY[simulator.name] = simulator
+
+
+def _adapter_runner(name: str) -> Runner:
+    def run(path: str, inputs: Mapping[str, np.ndarray], dt: float) -> Outputs:
+        import torch
+
+        from ..io import read
+
+        adapter = importlib.import_module(f"nirbridge.adapters.{name}")
+        module = adapter.from_nir(path, dt=dt, dtype=torch.float64, allow_negative_tau=True)
+        graph = read(path)
+        names = conventions.input_names(graph)
+        xs = [torch.as_tensor(np.asarray(inputs[n]), dtype=torch.float64) for n in names]
+        outs: list[Any] = []
+        state = None
+        try:
+            with torch.no_grad():
+                for t in range(xs[0].shape[0]):
+                    out, state = module(*(x[t] for x in xs), state=state)
+                    outs.append(out)
+        except Exception as error:
+            raise RunFailure(_one_line(error)) from error
+        if isinstance(outs[0], Mapping):
+            return {k: torch.stack([o[k] for o in outs]).numpy() for k in outs[0]}
+        return {conventions.output_names(graph)[0]: torch.stack(outs).numpy()}
+
+    return run
+
+
+Loader = Callable[[nir.NIRGraph, float], tuple[Any, Any]]
+"""``load(graph, dt) -> (module, dtype)``: a simulator's own import of ``graph`` (its
+copy), a module stepped as ``out, state = module(x_t, state)`` from ``state=None``, and
+the torch dtype it computes in."""
+
+
+def _read_as_users_do(path: str) -> nir.NIRGraph:
+    """``nir.read``; a file that fails only nir's type check is read without it, so that
+    the simulator, not the reader, decides."""
+    try:
+        return nir.read(path)
+    except ValueError as strict:
+        try:
+            return nir.read(path, type_check=False)
+        except Exception:  # noqa: BLE001 - the strict reader's complaint is the one to show
+            raise strict from None
+
+
+def own_import(name: str, package: str, load: Loader) -> Simulator:
+    """A :class:`Simulator` for a simulator's own NIR import ``load`` (one Input node),
+    stepped one time step per call from a fresh state."""
+
+    def run(path: str, inputs: Mapping[str, np.ndarray], dt: float) -> Outputs:
+        import torch
+
+        graph = _read_as_users_do(path)
+        names = conventions.input_names(graph)
+        outputs = conventions.output_names(graph)
+        if len(names) != 1 or len(outputs) != 1:
+            raise ConformanceError(f"{name}'s import is stepped with one input and one output here")
+        module, dtype = load(copy.deepcopy(graph), dt)
+        xs = torch.as_tensor(np.asarray(inputs[names[0]]), dtype=dtype)
+        outs, state = [], None
+        try:
+            with torch.no_grad():
+                for t in range(xs.shape[0]):
+                    out, state = module(xs[t], state)
+                    outs.append(out.detach().to(torch.float64).clone())
+        except Exception as error:
+            raise RunFailure(_one_line(error)) from error
+        return {outputs[0]: torch.stack(outs).numpy()}
+
+    return Simulator(name, package, run, _version(package))
+
+
+def _version(package: str) -> Callable[[], str | None]:
+    def version() -> str | None:
+        from importlib import metadata
+
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return version
+
+
+def simulators() -> dict[str, Simulator]:
+    """Every simulator whose package imports here, by name."""
+    found: dict[str, Simulator] = {}
+    for name, adapter in _OWN.items():
+        if importlib.util.find_spec(name) is None:
+            continue
+        if name not in _REGISTRY:
+            importlib.import_module(f"nirbridge.adapters.{adapter}")
+        if name in _REGISTRY:
+            found[name] = _REGISTRY[name]
+        found[f"nirbridge+{name}"] = Simulator(
+            f"nirbridge+{name}", name, _adapter_runner(adapter), _version(name)
+        )
+    for name, simulator in _REGISTRY.items():  # others registered by name
+        found.setdefault(name, simulator)
+    return found
+
+
+@dataclasses.dataclass
+class Result:
+    """One simulator on one file."""
+
+    file: str
+    simulator: str
+    loads: bool
+    error: str | None = None
+    agreement: float | None = None
+    first_divergence: dict[str, Any] | None = None
+    diagnosis: str | None = None
+    reference_spikes: int | None = None
+
+
+@dataclasses.dataclass
+class Report:
+    """What :func:`conformance` measured; ``print(report)`` shows the table,
+    :meth:`to_json` the document ``--json`` writes."""
+
+    files: list[str]
+    simulators: dict[str, dict[str, Any]]
+    results: list[Result]
+    steps: int
+    batch: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "simulators": self.simulators,
+            "steps": self.steps,
+            "batch": self.batch,
+            "results": [dataclasses.asdict(r) for r in self.results],
+        }
+
+    def __str__(self) -> str:
+        lines = [f"NIR conformance: {len(self.files)} file(s), T={self.steps}, batch {self.batch}"]
+        width = max([len(os.path.basename(f)) for f in self.files] + [4])
+        for result in self.results:
+            name = os.path.basename(result.file)
+            if not result.loads:
+                verdict = f"does not load: {result.error}"
+            elif result.agreement is None:
+                verdict = f"loads, {result.error}"
+            else:
+                verdict = f"{result.agreement:8.2%} agree"
+                if result.first_divergence is not None:
+                    d = result.first_divergence
+                    verdict += f", first differs at step {d['step']} ({d['node']})"
+                if result.diagnosis is not None:
+                    verdict += f"; diagnosis: {result.diagnosis}"
+                if result.reference_spikes == 0:
+                    verdict += " (the reference never spikes: agreement proves little)"
+            lines.append(f"  {result.simulator:<24} {name:<{width}}  {verdict}")
+        return "\n".join(lines)
+
+
+def _inputs(graph: nir.NIRGraph, steps: int, batch: int, rate: float, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for name in conventions.input_names(graph):
+        node = graph.nodes[name]
+        shape = tuple(int(s) for s in np.asarray(node.input_type["input"]).reshape(-1))
+        inputs[name] = (rng.random((steps, batch, *shape)) < rate).astype(np.float64)
+    return inputs
+
+
+def _spiking(values: np.ndarray) -> bool:
+    return bool(np.all((values == 0) | (values == 1)))
+
+
+def _agree(got: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Per value: equal (spikes), or within :data:`TOLERANCE` of the reference."""
+    if got.shape != expected.shape:
+        raise ValueError(f"its output has shape {got.shape[1:]} per step, the graph's {expected.shape[1:]}")
+    if _spiking(expected):
+        return got == expected
+    scale = float(np.nanmax(np.abs(expected))) if expected.size else 0.0
+    atol, rtol = TOLERANCE
+    return np.abs(got - expected) <= atol + rtol * scale
+
+
+def _compare(got: Outputs, expected: Outputs) -> tuple[float, dict[str, Any] | None]:
+    """Agreement over every output value, and the first step (and output) that differs."""
+    missing = [k for k in expected if k not in got]
+    if missing and len(expected) == 1 and len(got) == 1:
+        got = {missing[0]: next(iter(got.values()))}  # one output, named otherwise
+    elif missing:
+        raise ValueError(f"it gives no output named {missing} (it gives {sorted(got)})")
+    equal = total = 0
+    first: dict[str, Any] | None = None
+    for name, reference in expected.items():
+        agree = _agree(np.asarray(got[name], dtype=np.float64), reference)
+        equal += int(agree.sum())
+        total += agree.size
+        bad = np.flatnonzero(~agree.reshape(agree.shape[0], -1).all(axis=1))
+        if bad.size and (first is None or bad[0] < first["step"]):
+            first = {"step": int(bad[0]), "node": name}
+    return (equal / total if total else 1.0), first
+
+
+def _diagnose(
+    graph: nir.NIRGraph, inputs: Mapping[str, np.ndarray], dt: float, got: Outputs, cache: dict
+) -> str:
+    for convention in conventions.candidates():
+        if convention.name not in cache:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    cache[convention.name] = conventions.reference(graph, inputs, dt, convention)
+            except Exception:  # noqa: BLE001 - a convention this graph cannot take explains nothing
+                cache[convention.name] = None
+        expected = cache[convention.name]
+        if expected is None:
+            continue
+        try:
+            agreement, _ = _compare(got, expected)
+        except ValueError:
+            continue
+        if agreement == 1.0:
+            return convention.name
+    return "unexplained"
+
+
+def conformance(
+    files: Iterable[str | os.PathLike[str]],
+    simulators: Sequence[str] | None = None,
+    *,
+    steps: int = 100,
+    batch: int = 2,
+    rate: float = 0.3,
+    seed: int = 0,
+    dt: float | None = None,
+) -> Report:
+    """Measure every simulator's NIR import against NIR's equations on ``files``.
+
+    Args:
+        files: ``.nir`` files.
+        simulators: names (see the module docs); by default every one available here.
+        steps, batch: the length and batch size of the inputs, random 0/1 spikes at
+            ``rate`` per value (seeded by ``seed``), the same for every simulator.
+        dt: time step in seconds; by default the file's ``metadata["dt"]``, else 1e-4
+            (as :func:`nirbridge.nir_to_torch` takes it).
+
+    Returns:
+        A :class:`Report`: ``print(report)`` for the table, ``report.to_json()`` for
+        the JSON document.
+    """
+    from ..io import read
+
+    available = globals()["simulators"]()
+    chosen = list(available) if simulators is None else list(simulators)
+    unknown = [name for name in chosen if name not in available]
+    if unknown:
+        raise ConformanceError(
+            f"simulator(s) {unknown} are not available here (available: {sorted(available)}); install the "
+            "package, or leave them out"
+        )
+    paths = list(dict.fromkeys(os.fspath(f) for f in files))  # each file once, in order
+    results: list[Result] = []
+    for path in paths:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                graph = read(path)
+                step = float(dt if dt is not None else (graph.metadata or {}).get("dt", 1e-4))
+                inputs = _inputs(graph, steps, batch, rate, seed)
+                expected = conventions.reference(graph, inputs, step)
+        except Exception as error:  # noqa: BLE001 - a file the reference cannot run is a row
+            results.append(Result(path, "nirbridge", False, _one_line(error)))
+            continue
+        spiking = [v for v in expected.values() if _spiking(v)]
+        spikes = int(sum(v.sum() for v in spiking)) if spiking else None  # None: no spiking output
+        results.append(Result(path, "nirbridge", True, None, 1.0, None, None, spikes))
+        cache: dict[str, Outputs | None] = {}
+        for name in chosen:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    got = available[name].run(path, inputs, step)
+                agreement, first = _compare(got, expected)
+            except RunFailure as failure:
+                results.append(Result(path, name, True, f"fails while running: {failure}"))
+                continue
+            except Exception as error:  # noqa: BLE001 - a simulator that fails is a row
+                results.append(Result(path, name, False, _one_line(error)))
+                continue
+            diagnosis = None if agreement == 1.0 else _diagnose(graph, inputs, step, got, cache)
+            results.append(Result(path, name, True, None, agreement, first, diagnosis, spikes))
+    from .. import __version__
+
+    versions = {"nirbridge": {"version": __version__, "python": sys.executable}}
+    versions.update(
+        {name: {"version": available[name].version(), "python": sys.executable} for name in chosen}
+    )
+    return Report(paths, versions, results, steps, batch)
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+
+
+def write_json(report: Report, path: str | os.PathLike[str]) -> None:
+    """``report.to_json()`` as a file, written to a temporary file and renamed."""
+    from ..io import atomic_write
+
+    text = json.dumps(report.to_json(), indent=1)
+
+    def fill(temporary: str) -> None:
+        with open(temporary, "w", encoding="utf-8") as file:
+            file.write(text)
+
+    atomic_write(path, fill)

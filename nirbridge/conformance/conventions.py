@@ -1,0 +1,212 @@
+r"""The reference a simulator is measured against, and the conventions that explain a
+difference from it.
+
+The reference is NIR's equations as nirbridge computes them (:mod:`nirbridge.neurons`),
+in float64, stepped one time step per call from a fresh state. A *convention* is one
+way a simulator's import is known to read a graph otherwise; each is the same
+reference run with one change, so that a simulator whose outputs equal a convention's
+to the last value is explained by it:
+
+========================  ===================================================================
+convention                the reference run with
+========================  ===================================================================
+``dt=1``                  the time step taken as 1 (sinabs: no ``dt``)
+``dt=1e-4``               the time step taken as 1e-4 whatever the file's (snntorch)
+``r ignored``             every neuron's ``r`` taken as 1
+``w_in ignored``          every CubaLI(F)'s ``w_in`` taken as 1
+``v_leak ignored``        every neuron's ``v_leak`` taken as 0
+``subtractive reset``     :math:`v \leftarrow v - v_{th}` at a spike instead of
+                          :math:`v \leftarrow v_{reset}`
+``one-step lag``          every output one step later (zeros at step 0)
+``dt from r``             the time step taken as :math:`\tau / r` of the first neuron
+                          (rockpool)
+========================  ===================================================================
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import nir
+import numpy as np
+import torch
+
+from ..neurons import functional as F
+from ..neurons import modules as M
+
+__all__ = ["CONVENTIONS", "Convention", "output_names", "reference"]
+
+Outputs = dict[str, np.ndarray]
+"""A run's outputs over time, ``[T, B, ...]`` float64, by Output node name."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Convention:
+    """One known way of reading a NIR graph otherwise than its equations say."""
+
+    name: str
+    fixed_dt: float | None = None  # the time step taken as this, whatever the file's
+    ignore: tuple[str, ...] = ()  # neuron fields taken as neutral: "r" and "w_in" as 1, "v_leak" as 0
+    subtractive: bool = False
+    lag: int = 0
+    dt_from_r: bool = False
+
+
+CONVENTIONS: tuple[Convention, ...] = (
+    Convention("dt=1", fixed_dt=1.0),
+    Convention("dt=1e-4", fixed_dt=1e-4),
+    Convention("r ignored", ignore=("r",)),
+    Convention("w_in ignored", ignore=("w_in",)),
+    Convention("v_leak ignored", ignore=("v_leak",)),
+    Convention("subtractive reset", subtractive=True),
+    Convention("one-step lag", lag=1),
+    Convention("dt from r", dt_from_r=True),
+)
+"""The single conventions a diagnosis tries; it then tries them two at a time."""
+
+
+def combined(a: Convention, b: Convention) -> Convention:
+    """Both conventions at once (``"r ignored + one-step lag"``)."""
+    return Convention(
+        f"{a.name} + {b.name}",
+        fixed_dt=a.fixed_dt if a.fixed_dt is not None else b.fixed_dt,
+        ignore=tuple(dict.fromkeys(a.ignore + b.ignore)),
+        subtractive=a.subtractive or b.subtractive,
+        lag=a.lag + b.lag,
+        dt_from_r=a.dt_from_r or b.dt_from_r,
+    )
+
+
+def candidates() -> list[Convention]:
+    """Every convention alone, then every compatible pair."""
+    pairs = [
+        combined(a, b)
+        for a, b in itertools.combinations(CONVENTIONS, 2)
+        if not ((a.fixed_dt is not None or a.dt_from_r) and (b.fixed_dt is not None or b.dt_from_r))
+    ]
+    return [*CONVENTIONS, *pairs]
+
+
+_NEUTRAL = {"r": 1.0, "w_in": 1.0, "v_leak": 0.0}
+
+
+def _rewritten(graph: nir.NIRGraph, ignore: tuple[str, ...]) -> nir.NIRGraph:
+    """A copy of ``graph`` with the ``ignore``d neuron fields set to their neutral value."""
+    graph = copy.deepcopy(graph)
+
+    def visit(g: nir.NIRGraph) -> None:
+        for node in g.nodes.values():
+            if isinstance(node, nir.NIRGraph):
+                visit(node)
+                continue
+            for field in ignore:
+                value = getattr(node, field, None)
+                if isinstance(value, np.ndarray) and not isinstance(node, (nir.Affine, nir.Linear)):
+                    setattr(node, field, np.full_like(value, _NEUTRAL[field], dtype=np.float64))
+
+    visit(graph)
+    return graph
+
+
+def _first_tau_over_r(graph: nir.NIRGraph) -> float | None:
+    for node in graph.nodes.values():
+        if isinstance(node, nir.NIRGraph):
+            found = _first_tau_over_r(node)
+            if found is not None:
+                return found
+        tau = getattr(node, "tau", getattr(node, "tau_mem", None))
+        r = getattr(node, "r", None)
+        if tau is not None and r is not None:
+            ratio = (
+                np.asarray(tau, dtype=np.float64).reshape(-1)[0]
+                / np.asarray(r, dtype=np.float64).reshape(-1)[0]
+            )
+            if np.isfinite(ratio) and ratio > 0:
+                return float(ratio)
+    return None
+
+
+class _Subtract:
+    """A neuron module's forward with the reset :math:`v \\leftarrow v - v_{th}`."""
+
+    def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        if state is None:
+            state = self.initial_state(x)
+        if isinstance(self, M.CubaLIF):
+            i, v = F._cuba(x, state, self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in, self.dt)
+        elif isinstance(self, M.LIF):
+            i, v = None, state.v + (self.dt / self.tau) * (self.v_leak - state.v + self.r * x)
+        else:
+            i, v = None, state.v + self.dt * self.r * x
+        z = (v > self.v_threshold).to(v.dtype)
+        v = v - z * self.v_threshold
+        return z, (F.CubaLIState(i, v) if i is not None else F.IState(v))
+
+
+def _subtractive_map() -> dict[type, Callable[..., torch.nn.Module]]:
+    def make(module_type: type) -> Callable[..., torch.nn.Module]:
+        variant = type(f"Subtractive{module_type.__name__}", (_Subtract, module_type), {})
+
+        def build(node: nir.NIRNode, dt: float) -> torch.nn.Module:
+            module = module_type.from_nir(node, dt=dt)
+            module.__class__ = variant
+            return module
+
+        return build
+
+    return {nir.IF: make(M.IF), nir.LIF: make(M.LIF), nir.CubaLIF: make(M.CubaLIF)}
+
+
+def output_names(graph: nir.NIRGraph) -> list[str]:
+    return [name for name, node in graph.nodes.items() if isinstance(node, nir.Output)]
+
+
+def input_names(graph: nir.NIRGraph) -> list[str]:
+    return [name for name, node in graph.nodes.items() if isinstance(node, nir.Input)]
+
+
+def reference(
+    graph: nir.NIRGraph,
+    inputs: Mapping[str, np.ndarray],
+    dt: float,
+    convention: Convention | None = None,
+) -> Outputs:
+    """The float64 reference outputs of ``graph`` over ``inputs`` (``[T, B, ...]`` by
+    Input name), under ``convention`` where one is given."""
+    from ..interpret import nir_to_torch
+
+    convention = convention or Convention("equations")
+    if convention.ignore:
+        graph = _rewritten(graph, convention.ignore)
+    step = convention.fixed_dt if convention.fixed_dt is not None else dt
+    if convention.dt_from_r:
+        found = _first_tau_over_r(graph)
+        if found is None:
+            raise ValueError("no neuron has both a time constant and r")
+        step = found
+    node_map = _subtractive_map() if convention.subtractive else None
+    # a file is measured as its equations say, time constants below 0 included
+    gm = nir_to_torch(graph, node_map, dt=step, dtype=torch.float64, allow_negative_tau=True)
+    names = input_names(graph)
+    xs = [torch.as_tensor(np.asarray(inputs[n]), dtype=torch.float64) for n in names]
+    outs: list[Any] = []
+    state = None
+    with torch.no_grad():
+        for t in range(xs[0].shape[0]):
+            out, state = gm(*(x[t] for x in xs), state=state)
+            outs.append(out)
+    outputs = output_names(graph)
+    if isinstance(outs[0], Mapping):
+        result = {k: torch.stack([o[k] for o in outs]).numpy() for k in outs[0]}
+    else:
+        result = {outputs[0]: torch.stack(outs).numpy()}
+    if convention.lag:
+        for key, value in result.items():
+            shifted = np.zeros_like(value)
+            shifted[convention.lag :] = value[: -convention.lag]
+            result[key] = shifted
+    return result

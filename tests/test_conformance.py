@@ -1,0 +1,187 @@
+"""nirbridge.conformance: simulators' own NIR imports against NIR's equations, with the
+real norse, snntorch and spikingjelly, and conventions checked against an independent
+numpy run of the equations each one changes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import nir
+import numpy as np
+import pytest
+
+import nirbridge
+from nirbridge.conformance import _REGISTRY as REGISTRY
+from nirbridge.conformance import Simulator, conformance
+from tests.conftest import EXAMPLES
+
+DT = 1e-3
+
+
+def separating_graph(path, r: float) -> str:
+    """Affine 3 -> 4 -> LIF with r != 1 and dt = 1e-3 (not 1e-4): ignoring r and assuming
+    dt = 1e-4 give different spikes, and both differ from the equations."""
+    rng = np.random.default_rng(0)
+    graph = nir.NIRGraph.from_list(
+        nir.Affine(rng.normal(1.0, 0.5, (4, 3)), np.zeros(4)),
+        nir.LIF(
+            tau=np.full(4, 5e-3),
+            r=np.full(4, r),
+            v_leak=np.zeros(4),
+            v_threshold=np.ones(4),
+            v_reset=np.zeros(4),
+        ),
+    )
+    graph.metadata = {"dt": DT}
+    nirbridge.write(path, graph)
+    return str(path)
+
+
+def rows(report) -> dict[tuple[str, str], object]:
+    return {(r.file.rsplit("/", 1)[-1], r.simulator): r for r in report.results}
+
+
+def test_a_graph_with_r_not_1_and_dt_not_1e_4_tells_each_peer_s_convention(tmp_path):
+    """norse's import ignores r; snntorch's assumes dt = 1e-4; spikingjelly's refuses r
+    other than 1 and tau/dt and is exact with r = tau/dt; nirbridge's adapters are exact."""
+    files = [separating_graph(tmp_path / "r2.nir", 2.0), separating_graph(tmp_path / "r5.nir", 5.0)]
+    report = conformance(files, steps=60, rate=0.4)
+    got = rows(report)
+    for name in ("r2.nir", "r5.nir"):
+        assert got[name, "norse"].diagnosis == "r ignored"
+        assert got[name, "snntorch"].diagnosis == "dt=1e-4"
+        assert got[name, "norse"].agreement < 0.9 and got[name, "snntorch"].agreement < 0.9
+        assert got[name, "norse"].first_divergence["node"] == "output"
+        for adapter in ("nirbridge+norse", "nirbridge+snntorch", "nirbridge+spikingjelly"):
+            assert got[name, adapter].agreement == 1.0 and got[name, adapter].diagnosis is None
+        assert got[name, "nirbridge"].reference_spikes > 0
+    assert not got["r2.nir", "spikingjelly"].loads
+    assert "r must equal 1 or tau / dt" in got["r2.nir", "spikingjelly"].error
+    assert got["r5.nir", "spikingjelly"].agreement == 1.0
+
+
+def lif_numpy(graph: nir.NIRGraph, x: np.ndarray, dt: float, *, ignore_r=False, subtract=False, lag=0):
+    """The separating graph's equations in numpy, written out again (DESIGN.md's LIF):
+    v += dt/tau (v_leak - v + r W x); spike where v > v_th; then reset."""
+    affine = next(n for n in graph.nodes.values() if isinstance(n, nir.Affine))
+    lif = next(n for n in graph.nodes.values() if isinstance(n, nir.LIF))
+    r = np.ones_like(lif.r) if ignore_r else lif.r
+    v = np.broadcast_to(lif.v_leak, (x.shape[1], lif.tau.size)).astype(np.float64).copy()
+    out = np.zeros((x.shape[0], x.shape[1], lif.tau.size))
+    for t in range(x.shape[0]):
+        v = v + dt / lif.tau * (lif.v_leak - v + r * (x[t] @ affine.weight.T + affine.bias))
+        z = (v > lif.v_threshold).astype(np.float64)
+        v = v - z * lif.v_threshold if subtract else np.where(z > 0, lif.v_reset, v)
+        out[t] = z
+    if lag:
+        out = np.concatenate([np.zeros_like(out[:lag]), out[:-lag]])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("options", "diagnosis"),
+    [
+        ({"ignore_r": True}, "r ignored"),
+        ({"subtract": True}, "subtractive reset"),
+        ({"lag": 1}, "one-step lag"),
+        ({"dt": 1.0}, "dt=1"),
+        ({"ignore_r": True, "lag": 1}, "r ignored + one-step lag"),
+        ({}, None),
+    ],
+)
+def test_each_convention_explains_a_simulator_that_follows_it(options, diagnosis, tmp_path, monkeypatch):
+    path = separating_graph(tmp_path / "g.nir", 2.0)
+    options = dict(options)
+    step = options.pop("dt", None)
+
+    def run(file, inputs, dt):
+        graph = nir.read(file)
+        return {"output": lif_numpy(graph, inputs["input"], step or dt, **options)}
+
+    monkeypatch.setitem(REGISTRY, "numpy", Simulator("numpy", "numpy", run))
+    result = rows(conformance([path], ["numpy"], steps=80, rate=0.5))["g.nir", "numpy"]
+    assert result.loads and result.diagnosis == diagnosis
+    assert (result.agreement == 1.0) == (diagnosis is None)
+
+
+def test_an_unexplained_difference_is_said_to_be(tmp_path, monkeypatch):
+    path = separating_graph(tmp_path / "g.nir", 2.0)
+
+    def run(file, inputs, dt):
+        out = lif_numpy(nir.read(file), inputs["input"], dt)
+        out[::7] = 1 - out[::7]  # no convention does this
+        return {"output": out}
+
+    monkeypatch.setitem(REGISTRY, "numpy", Simulator("numpy", "numpy", run))
+    result = rows(conformance([path], ["numpy"], steps=40))["g.nir", "numpy"]
+    assert result.diagnosis == "unexplained" and result.first_divergence == {"step": 0, "node": "output"}
+
+
+def test_the_example_files_load_run_or_fail_each_in_its_row():
+    """What the simulators' own imports do with the example files (measured here on
+    2026-11-26: norse ignores r in rockpool's LIF, runs spyx's old CNN as if dt were 1
+    and fails inside its Flatten on sinabs' CNN; snntorch's import of a recurrent graph
+    fails in nirtorch 2.6; the malformed files fail in nirbridge's reader too)."""
+    names = [
+        "NIR__paper__01_lif__lif_rockpool.nir",
+        "NIR__paper__02_cnn__cnn_sinabs.nir",
+        "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir",
+        "spyx_at_00e6ba49__research__paper__scnn_mnist.nir",
+        "NIR__paper__03_rnn__extras__braille_noDelay_bias_zero_subgraph.nir",
+    ]
+    report = conformance([EXAMPLES / n for n in names], ["norse", "snntorch", "nirbridge+norse"], steps=40)
+    got = rows(report)
+    assert got[names[0], "norse"].diagnosis == "r ignored"
+    assert got[names[0], "snntorch"].agreement == 1.0
+    assert got[names[1], "norse"].loads and got[names[1], "norse"].error.startswith("fails while running")
+    assert (
+        not got[names[2], "snntorch"].loads
+        and "'GraphModule' object has no attribute 'items'" in got[names[2], "snntorch"].error
+    )
+    assert got[names[2], "norse"].agreement == 1.0 and got[names[2], "nirbridge+norse"].agreement == 1.0
+    assert got[names[3], "norse"].diagnosis == "dt=1"
+    assert not got[names[4], "nirbridge"].loads and (names[4], "norse") not in got  # no reference, no rows
+    document = report.to_json()
+    assert set(document) >= {"files", "simulators", "results"}
+    assert set(document["simulators"]) == {"nirbridge", "norse", "snntorch", "nirbridge+norse"}
+    assert set(document["results"][0]) >= {
+        "file",
+        "simulator",
+        "loads",
+        "error",
+        "agreement",
+        "first_divergence",
+        "diagnosis",
+    }
+    assert "r ignored" in str(report)
+
+
+def test_unknown_simulators_are_named_with_those_available(tmp_path):
+    with pytest.raises(
+        nirbridge.NirBridgeError, match=r"\['sinabs'\] are not available here \(available: \["
+    ):
+        conformance([separating_graph(tmp_path / "g.nir", 2.0)], ["sinabs"])
+
+
+def test_the_command_line_prints_the_table_and_writes_the_json(tmp_path):
+    path = separating_graph(tmp_path / "g.nir", 2.0)
+    command = [
+        sys.executable,
+        "-m",
+        "nirbridge",
+        "conformance",
+        path,
+        "--simulators",
+        "norse,nirbridge+norse",
+    ]
+    done = subprocess.run(
+        [*command, "--steps", "50", "--json", str(tmp_path / "r.json")], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "diagnosis: r ignored" in done.stdout and f"wrote {tmp_path / 'r.json'}" in done.stdout
+    document = json.loads((tmp_path / "r.json").read_text())
+    assert [r["simulator"] for r in document["results"]] == ["nirbridge", "norse", "nirbridge+norse"]
+    missing = subprocess.run([*command[:4], str(tmp_path / "none.nir")], capture_output=True, text=True)
+    assert missing.returncode == 1 and "none.nir" in missing.stderr and len(missing.stderr.splitlines()) == 1

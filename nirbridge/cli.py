@@ -1078,7 +1078,8 @@ def _native_model(spec: str, weights: str | None) -> Any:
 
 
 @main.command(name="conformance")
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.argument("files", nargs=-1, type=click.Path(path_type=str))
+@click.option("--pack", "with_pack", is_flag=True, help="Also every graph of the conformance pack.")
 @click.option(
     "--simulators",
     default=None,
@@ -1095,9 +1096,17 @@ def _native_model(spec: str, weights: str | None) -> Any:
 @click.option(
     "--json", "json_path", default=None, type=click.Path(path_type=str), help="Also write the report as JSON."
 )
+@click.option(
+    "--python",
+    "pythons",
+    multiple=True,
+    help="NAME=PATH: the Python in which peer NAME (sinabs, rockpool, spyx) imports; repeat it. "
+    "Default: .venv-peers/NAME/bin/python where it exists (make conformance builds them).",
+)
 @_one_line_errors("conformance")
 def conformance_command(
     files: tuple[str, ...],
+    with_pack: bool,
     simulators: str | None,
     steps: int,
     batch: int,
@@ -1105,6 +1114,7 @@ def conformance_command(
     seed: int,
     dt: float | None,
     json_path: str | None,
+    pythons: tuple[str, ...],
 ) -> None:
     """Measure each simulator's NIR import against NIR's equations on FILES.
 
@@ -1116,7 +1126,9 @@ def conformance_command(
     \b
     Example:
       nirbridge conformance model.nir
+      nirbridge conformance --pack
       nirbridge conformance *.nir --simulators norse,snntorch --json report.json
+      nirbridge conformance model.nir --python spyx=/path/to/spyx-venv/bin/python
     """
     from .conformance import conformance, write_json
     from .hdf5 import regular_file
@@ -1124,7 +1136,25 @@ def conformance_command(
     for path in files:
         regular_file(path, path, "a .nir file")  # a missing path or a folder; unreadable files are rows
     names = None if simulators is None else [n.strip() for n in simulators.split(",") if n.strip()]
-    report = conformance(files, names, steps=steps, batch=batch, rate=rate, seed=seed, dt=dt)
+    python = {}
+    for entry in pythons:
+        name, equals, path = entry.partition("=")
+        if not (equals and name and path):
+            raise ParameterError(f"--python {entry!r}: give NAME=PATH, e.g. spyx=.venv-peers/spyx/bin/python")
+        python[name] = path
+    if not files and not with_pack:
+        raise ParameterError("give .nir FILES, or --pack for the conformance pack (or both)")
+    report = conformance(
+        files,
+        names,
+        steps=steps,
+        batch=batch,
+        rate=rate,
+        seed=seed,
+        dt=dt,
+        python=python,
+        with_pack=with_pack,
+    )
     _echo(report)
     if json_path is not None:
         write_json(report, json_path)

@@ -185,3 +185,61 @@ def test_the_command_line_prints_the_table_and_writes_the_json(tmp_path):
     assert [r["simulator"] for r in document["results"]] == ["nirbridge", "norse", "nirbridge+norse"]
     missing = subprocess.run([*command[:4], str(tmp_path / "none.nir")], capture_output=True, text=True)
     assert missing.returncode == 1 and "none.nir" in missing.stderr and len(missing.stderr.splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- the pack
+
+
+def test_the_shipped_pack_is_what_its_builders_write(tmp_path):
+    """The graphs, inputs and reference traces in nirbridge/conformance/pack are what
+    `nirbridge.conformance.pack.write()` writes today (seeded, byte for byte)."""
+    from nirbridge.conformance import pack
+
+    written = pack.write(str(tmp_path))
+    assert [p.rsplit("/", 1)[-1] for p in written] == [p.rsplit("/", 1)[-1] for p in pack.files()]
+    for path in written:
+        shipped = path.replace(str(tmp_path), pack.PACK_DIR)
+        for suffix in ("", ".inputs.h5", ".reference.h5"):
+            a = path if not suffix else path.removesuffix(".nir") + suffix
+            b = shipped if not suffix else shipped.removesuffix(".nir") + suffix
+            with open(a, "rb") as fresh, open(b, "rb") as kept:
+                assert fresh.read() == kept.read(), f"{b} differs from what the pack's builders write"
+
+
+@pytest.mark.parametrize("name", list(__import__("nirbridge.conformance.pack", fromlist=["GRAPHS"]).GRAPHS))
+def test_each_pack_reference_is_the_equations_in_an_independent_numpy_run(name):
+    """The pack's reference traces against tests/reference.py (numpy, written apart from
+    nirbridge): spikes equal, values to 1e-12; every spiking output spikes, and not always."""
+    from nirbridge.conformance import pack
+    from nirbridge.data import read_data
+    from tests.reference import Reference
+
+    path = f"{pack.PACK_DIR}/{name}.nir"
+    graph = nirbridge.read(path)
+    inputs = pack.inputs_of(path, graph)
+    dt = float(graph.metadata["dt"])
+    ref = Reference(graph, dt)
+    steps = [ref.step({k: v[t] for k, v in inputs.items()}) for t in range(pack.STEPS)]
+    shipped = read_data(path.removesuffix(".nir") + ".reference.h5")
+    assert list(shipped.nodes) == [n for n, node in graph.nodes.items() if isinstance(node, nir.Output)]
+    for output, node in shipped.nodes.items():
+        got = node.observables["output"].data.transpose(1, 0, 2)  # (T, B, n)
+        expected = np.stack([s[output] for s in steps]).reshape(got.shape)
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12, err_msg=f"{name}: {output}")
+        if np.all((expected == 0) | (expected == 1)):
+            assert 0 < expected.sum() < expected.size, f"{name}: {output} should spike, and not always"
+
+
+def test_the_pack_tells_each_peer_s_conventions_apart():
+    """On the pack's fixed inputs: norse's import ignores r and snntorch's assumes
+    dt = 1e-4 on the r/dt graph; nirbridge's adapters agree on every graph."""
+    report = conformance(
+        [], ["norse", "snntorch", "nirbridge+norse", "nirbridge+spikingjelly"], with_pack=True
+    )
+    got = rows(report)
+    assert got["lif_r_and_dt.nir", "norse"].diagnosis == "r ignored"
+    assert got["lif_r_and_dt.nir", "snntorch"].diagnosis == "dt=1e-4"
+    for (file, simulator), result in got.items():
+        if simulator.startswith("nirbridge"):
+            assert result.loads and result.agreement == 1.0, (file, simulator, result.error)
+    assert len({file for file, _ in got}) == 14

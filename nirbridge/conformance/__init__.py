@@ -36,7 +36,7 @@ import nir
 import numpy as np
 
 from ..errors import NirBridgeError
-from . import conventions
+from . import conventions, pack
 from .conventions import Outputs
 
 __all__ = [
@@ -64,6 +64,7 @@ class Simulator:
     package: str
     run: Runner
     version: Callable[[], str | None] = lambda: None
+    python: str = sys.executable
 
 
 class ConformanceError(NirBridgeError):
@@ -141,7 +142,10 @@ def own_import(name: str, package: str, load: Loader) -> Simulator:
         names = conventions.input_names(graph)
         outputs = conventions.output_names(graph)
         if len(names) != 1 or len(outputs) != 1:
-            raise ConformanceError(f"{name}'s import is stepped with one input and one output here")
+            raise ConformanceError(
+                f"not measured: nirbridge steps {name}'s import with one Input and one Output node, and "
+                f"this graph has {len(names)} and {len(outputs)}"
+            )
         module, dtype = load(copy.deepcopy(graph), dt)
         xs = torch.as_tensor(np.asarray(inputs[names[0]]), dtype=dtype)
         outs, state = [], None
@@ -169,9 +173,94 @@ def _version(package: str) -> Callable[[], str | None]:
     return version
 
 
-def simulators() -> dict[str, Simulator]:
-    """Every simulator whose package imports here, by name."""
+PEERS = ("sinabs", "rockpool", "spyx")
+"""Simulators that run in a Python of their own (:mod:`.peer_runner`): sinabs 3.1.3 and
+rockpool 3.1.0 read files only with nir 1.0.4, spyx needs JAX."""
+PEER_TIMEOUT = 300.0  # seconds one peer may take for one file
+_RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_runner.py")
+
+
+class LoadFailure(Exception):
+    """A peer's import refused a file (status 3 of :mod:`.peer_runner`), or the peer
+    crashed or timed out."""
+
+
+def _peer_python(name: str, python: Mapping[str, str] | None) -> str | None:
+    """The interpreter of peer ``name``: as given, else ``.venv-peers/NAME`` here (what
+    ``make conformance`` builds)."""
+    if python and name in python:
+        return python[name]
+    for folder in ("bin", "Scripts"):
+        candidate = os.path.join(".venv-peers", name, folder, "python")
+        if os.path.exists(candidate):
+            return os.path.abspath(candidate)
+    return None
+
+
+def peer(name: str, python: str, timeout: float = PEER_TIMEOUT) -> Simulator:
+    """A :class:`Simulator` that runs :mod:`.peer_runner` for ``name`` in ``python``,
+    inputs and outputs crossing as NIRGraphData files."""
+    import subprocess
+    import tempfile
+
+    def run(path: str, inputs: Mapping[str, np.ndarray], dt: float) -> Outputs:
+        from ..data import read_data, write_data
+
+        with tempfile.TemporaryDirectory() as folder:
+            sent, received = os.path.join(folder, "inputs.h5"), os.path.join(folder, "outputs.h5")
+            nodes = {}
+            for key, value in inputs.items():
+                grid = np.asarray(value, dtype=np.float64)
+                grid = grid.reshape(grid.shape[0], grid.shape[1], -1).transpose(1, 0, 2)  # (B, T, n)
+                nodes[key] = nir.NIRNodeData({"output": nir.TimeGriddedData(np.ascontiguousarray(grid), dt)})
+            write_data(sent, nir.NIRGraphData(nodes))
+            try:
+                done = subprocess.run(
+                    [python, _RUNNER, name, os.path.abspath(path), sent, received],
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                    stdin=subprocess.DEVNULL,
+                )
+            except subprocess.TimeoutExpired:
+                raise LoadFailure(f"timed out after {timeout:g} s") from None
+            told = (done.stderr.strip().splitlines() or [""])[-1][:300]
+            if done.returncode == 3:
+                raise LoadFailure(told)
+            if done.returncode == 4:
+                raise RunFailure(told)
+            if done.returncode != 0:
+                raise LoadFailure(f"{python} crashed (exit status {done.returncode}): {told}")
+            data = read_data(received)
+        return {
+            key: node.observables["output"].data.transpose(1, 0, 2).astype(np.float64)
+            for key, node in data.nodes.items()
+        }
+
+    def version() -> str | None:
+        try:
+            done = subprocess.run(
+                [python, "-c", f"from importlib.metadata import version; print(version({name!r}))"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() or None
+
+    return Simulator(name, name, run, version, python)
+
+
+def simulators(python: Mapping[str, str] | None = None) -> dict[str, Simulator]:
+    """Every simulator available here, by name: those whose package imports beside
+    nirbridge, and the peers (:data:`PEERS`) whose interpreter ``python`` names or
+    ``.venv-peers/NAME`` holds."""
     found: dict[str, Simulator] = {}
+    for name in PEERS:
+        interpreter = _peer_python(name, python)
+        if interpreter is not None:
+            found[name] = peer(name, interpreter)
     for name, adapter in _OWN.items():
         if importlib.util.find_spec(name) is None:
             continue
@@ -278,7 +367,10 @@ def _compare(got: Outputs, expected: Outputs) -> tuple[float, dict[str, Any] | N
     equal = total = 0
     first: dict[str, Any] | None = None
     for name, reference in expected.items():
-        agree = _agree(np.asarray(got[name], dtype=np.float64), reference)
+        value = np.asarray(got[name], dtype=np.float64)
+        if value.shape != reference.shape and value.size == reference.size:
+            value = value.reshape(reference.shape)  # a peer's [T, B, neurons]
+        agree = _agree(value, reference)
         equal += int(agree.sum())
         total += agree.size
         bad = np.flatnonzero(~agree.reshape(agree.shape[0], -1).all(axis=1))
@@ -311,7 +403,7 @@ def _diagnose(
 
 
 def conformance(
-    files: Iterable[str | os.PathLike[str]],
+    files: Iterable[str | os.PathLike[str]] = (),
     simulators: Sequence[str] | None = None,
     *,
     steps: int = 100,
@@ -319,6 +411,8 @@ def conformance(
     rate: float = 0.3,
     seed: int = 0,
     dt: float | None = None,
+    python: Mapping[str, str] | None = None,
+    with_pack: bool = False,
 ) -> Report:
     """Measure every simulator's NIR import against NIR's equations on ``files``.
 
@@ -329,6 +423,12 @@ def conformance(
             ``rate`` per value (seeded by ``seed``), the same for every simulator.
         dt: time step in seconds; by default the file's ``metadata["dt"]``, else 1e-4
             (as :func:`nirbridge.nir_to_torch` takes it).
+        python: ``{peer: interpreter}`` for the peers of :data:`PEERS` that run in a
+            Python of their own (default: ``.venv-peers/NAME/bin/python`` where it exists).
+        with_pack: also every graph of the conformance pack (:mod:`.pack`).
+
+    A file with ``NAME.inputs.h5`` beside it (as the pack's graphs have) runs on those
+    inputs instead of random ones.
 
     Returns:
         A :class:`Report`: ``print(report)`` for the table, ``report.to_json()`` for
@@ -336,7 +436,7 @@ def conformance(
     """
     from ..io import read
 
-    available = globals()["simulators"]()
+    available = globals()["simulators"](python)
     chosen = list(available) if simulators is None else list(simulators)
     unknown = [name for name in chosen if name not in available]
     if unknown:
@@ -344,7 +444,9 @@ def conformance(
             f"simulator(s) {unknown} are not available here (available: {sorted(available)}); install the "
             "package, or leave them out"
         )
-    paths = list(dict.fromkeys(os.fspath(f) for f in files))  # each file once, in order
+    paths = list(dict.fromkeys([*(os.fspath(f) for f in files), *(pack.files() if with_pack else [])]))
+    if not paths:
+        raise ConformanceError("conformance() needs files, or with_pack=True for the conformance pack")
     results: list[Result] = []
     for path in paths:
         try:
@@ -352,7 +454,11 @@ def conformance(
                 warnings.simplefilter("ignore")
                 graph = read(path)
                 step = float(dt if dt is not None else (graph.metadata or {}).get("dt", 1e-4))
-                inputs = _inputs(graph, steps, batch, rate, seed)
+                fixed = path.removesuffix(".nir") + ".inputs.h5"  # as the pack ships them
+                if os.path.exists(fixed):
+                    inputs = pack.inputs_of(path, graph)
+                else:
+                    inputs = _inputs(graph, steps, batch, rate, seed)
                 expected = conventions.reference(graph, inputs, step)
         except Exception as error:  # noqa: BLE001 - a file the reference cannot run is a row
             results.append(Result(path, "nirbridge", False, _one_line(error)))
@@ -370,6 +476,9 @@ def conformance(
             except RunFailure as failure:
                 results.append(Result(path, name, True, f"fails while running: {failure}"))
                 continue
+            except LoadFailure as failure:
+                results.append(Result(path, name, False, str(failure)))
+                continue
             except Exception as error:  # noqa: BLE001 - a simulator that fails is a row
                 results.append(Result(path, name, False, _one_line(error)))
                 continue
@@ -378,9 +487,8 @@ def conformance(
     from .. import __version__
 
     versions = {"nirbridge": {"version": __version__, "python": sys.executable}}
-    versions.update(
-        {name: {"version": available[name].version(), "python": sys.executable} for name in chosen}
-    )
+    for name in chosen:
+        versions[name] = {"version": available[name].version(), "python": available[name].python}
     return Report(paths, versions, results, steps, batch)
 
 

@@ -21,8 +21,11 @@
 # simulation packages the IR does not use), after tomlkit and pyserial, which it does
 # use (click is already a nirbridge dependency): installed last, --no-deps packages
 # leave pip nothing to report about their undeclared dependencies.
-# `make test` also makes a second virtualenv, .venv312, for elasticai.creator 0.68.0 (its
-# current release), which needs Python >= 3.12: the first of python3.12 and python3.13 on
+# `make test` also makes the peers of `nirbridge conformance`, sinabs, rockpool and spyx, each
+# in a virtualenv of its own under .venv-peers (`make peers`, about 1.7 min and 3.1 GB here;
+# `make conformance` writes the report to build/conformance). And it makes a second
+# virtualenv, .venv312, for elasticai.creator 0.68.0 (its current release), which needs
+# Python >= 3.12: the first of python3.12 and python3.13 on
 # PATH, else in pyenv's versions (PYTHON312=/path/to/python names one). It holds torch,
 # nirbridge and 0.68, and runs tests/test_elasticai_068.py. Its torch comes from pip's
 # index (TORCH_SPEC/TORCH_INDEX apply too): on Linux x86_64 the CUDA build, about 4.7 GB and
@@ -51,9 +54,12 @@ PYTHON312 ?= $(shell for c in python3.12 python3.13 $$HOME/.pyenv/versions/3.12*
 VENV312 := .venv312
 PY312 := $(VENV312)/bin/python
 STAMP312 := $(VENV312)/.installed
+PEERS_DIR := .venv-peers
+PEER_TORCH = torch==$(shell $(PY) -c 'import torch; print(torch.__version__)')
+PEER_STAMPS := $(PEERS_DIR)/sinabs/.installed $(PEERS_DIR)/rockpool/.installed $(PEERS_DIR)/spyx/.installed
 NOTEBOOK_ARGS ?=
 
-.PHONY: demo test docs tools bench lint notebooks clean
+.PHONY: demo test docs tools bench lint notebooks clean peers conformance
 
 # .venv with torch in it (tests/test_packaging.py makes one from a Python that has torch)
 $(TORCH_STAMP): Makefile
@@ -113,6 +119,32 @@ $(STAMP312): pyproject.toml Makefile
 	$(PY312) -c "import sys, torch, elasticai.creator.torch2ir; print(f'.venv312: Python {sys.version.split()[0]}, torch {torch.__version__}')"
 	touch $(STAMP312)
 
+# the peers of `nirbridge conformance`, each in its own virtualenv under .venv-peers (sinabs
+# 3.1.3 and rockpool 3.1.0 read files only with nir 1.0.4; spyx needs JAX): torch is .venv's
+# own build (no second download where pip's find-links has it), JAX the CPU build
+$(PEERS_DIR)/sinabs/.installed: $(TORCH_STAMP) Makefile
+	$(PYTHON) -m venv --clear $(PEERS_DIR)/sinabs
+	$(PEERS_DIR)/sinabs/bin/python -m pip install -q --disable-pip-version-check sinabs==3.1.3 nir==1.0.4 h5py '$(PEER_TORCH)'
+	touch $@
+
+$(PEERS_DIR)/rockpool/.installed: $(TORCH_STAMP) Makefile
+	$(PYTHON) -m venv --clear $(PEERS_DIR)/rockpool
+	$(PEERS_DIR)/rockpool/bin/python -m pip install -q --disable-pip-version-check rockpool==3.1.0 nir==1.0.4 'nirtorch<2.0.3' h5py '$(PEER_TORCH)'
+	touch $@
+
+$(PEERS_DIR)/spyx/.installed: Makefile
+	$(PYTHON) -m venv --clear $(PEERS_DIR)/spyx
+	$(PEERS_DIR)/spyx/bin/python -m pip install -q --disable-pip-version-check spyx==1.0.0 'jax[cpu]==0.10.2' flax==0.12.8 h5py
+	touch $@
+
+peers: $(PEER_STAMPS)
+
+# the conformance report of the example files and the pack, against every simulator
+conformance: $(STAMP) $(PEER_STAMPS)
+	@mkdir -p build/conformance
+	$(VENV)/bin/nirbridge conformance tests/data/nir-examples/*.nir --pack \
+		--json build/conformance/report.json --html build/conformance/report.html
+
 demo: $(DEMO_STAMP)
 	$(PY) -m nirbridge.demo
 
@@ -129,7 +161,7 @@ tools:
 		echo "install Chromium and Graphviz (dot) with this system's package manager" >&2; exit 1; \
 	fi
 
-test: $(STAMP) $(STAMP312) tools
+test: $(STAMP) $(STAMP312) $(PEER_STAMPS) tools
 	$(PY) -m pytest -q
 	$(PY312) -m pytest -q tests/test_elasticai_068.py
 
@@ -154,4 +186,4 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check nirbridge tests benchmarks notebooks docs/hooks
 
 clean:
-	rm -rf $(VENV) $(VENV312) build *.egg-info
+	rm -rf $(VENV) $(VENV312) $(PEERS_DIR) build *.egg-info

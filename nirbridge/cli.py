@@ -1097,6 +1097,9 @@ def _native_model(spec: str, weights: str | None) -> Any:
     "--json", "json_path", default=None, type=click.Path(path_type=str), help="Also write the report as JSON."
 )
 @click.option(
+    "--html", "html_path", default=None, type=click.Path(path_type=str), help="Also write the report as HTML."
+)
+@click.option(
     "--python",
     "pythons",
     multiple=True,
@@ -1114,6 +1117,7 @@ def conformance_command(
     seed: int,
     dt: float | None,
     json_path: str | None,
+    html_path: str | None,
     pythons: tuple[str, ...],
 ) -> None:
     """Measure each simulator's NIR import against NIR's equations on FILES.
@@ -1159,6 +1163,11 @@ def conformance_command(
     if json_path is not None:
         write_json(report, json_path)
         _echo(f"wrote {json_path}")
+    if html_path is not None:
+        from .conformance.report import write_html
+
+        write_html(report, html_path)
+        _echo(f"wrote {html_path}")
 
 
 # ----------------------------------------------------------------------------- support

@@ -243,3 +243,50 @@ def test_the_pack_tells_each_peer_s_conventions_apart():
         if simulator.startswith("nirbridge"):
             assert result.loads and result.agreement == 1.0, (file, simulator, result.error)
     assert len({file for file, _ in got}) == 14
+
+
+# ----------------------------------------------------------------------------- peers in their own Python
+# make test builds them (make peers): sinabs 3.1.3 and rockpool 3.1.0 beside nir 1.0.4, spyx 1.0
+# beside JAX; each file runs in a fresh process of the peer's Python, NIRGraphData both ways
+
+PEER_PYTHONS = {
+    name: str(EXAMPLES.parents[2] / ".venv-peers" / name / "bin" / "python")
+    for name in ("sinabs", "rockpool", "spyx")
+}
+
+
+def test_the_pack_and_example_files_run_against_every_peer():
+    """What each peer's own import does, measured (2026-11-26): nir 1.0.4, which sinabs
+    and rockpool need, has no v_reset, so neither reads the pack's neurons; on the 2023
+    example files sinabs runs the LIF (it takes tau in steps) and rockpool the Braille
+    SRNN (its own dt), neither equal to the equations; spyx runs the pack's LIFs
+    otherwise than the equations and has no module for a lone LI."""
+    names = ["NIR__paper__01_lif__lif_norse.nir", "NIRTorch__tests__braille.nir"]
+    report = conformance(
+        [EXAMPLES / n for n in names], ["sinabs", "rockpool", "spyx"], with_pack=True, python=PEER_PYTHONS
+    )
+    got = rows(report)
+    assert {report.simulators[n]["version"] for n in ("sinabs", "rockpool", "spyx")} == {
+        "3.1.3",
+        "3.1.0",
+        "1.0.0",
+    }
+    assert len(got) == 16 * 4  # every file: the reference and three peers
+    for peer in ("sinabs", "rockpool"):
+        assert not got["lif_shared.nir", peer].loads and "'v_reset'" in got["lif_shared.nir", peer].error
+    assert got[names[0], "sinabs"].loads and 0 < got[names[0], "sinabs"].agreement < 1
+    assert not got[names[0], "rockpool"].loads and "tau_mem" in got[names[0], "rockpool"].error
+    assert got[names[1], "rockpool"].loads and 0 < got[names[1], "rockpool"].agreement < 1
+    assert got["lif_r_and_dt.nir", "spyx"].loads and got["lif_r_and_dt.nir", "spyx"].agreement < 1
+    assert "nir.LI without a following nir.Threshold" in got["li_voltage.nir", "spyx"].error
+    for (file, simulator), result in got.items():
+        assert result.loads or result.error, (file, simulator)
+
+
+def test_a_peer_that_is_not_installed_or_crashes_is_a_row(tmp_path):
+    path = separating_graph(tmp_path / "g.nir", 2.0)
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'something broke' >&2\nexit 9\n")
+    broken.chmod(0o755)
+    result = rows(conformance([path], ["spyx"], python={"spyx": str(broken)}))["g.nir", "spyx"]
+    assert not result.loads and "crashed (exit status 9): something broke" in result.error

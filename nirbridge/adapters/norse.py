@@ -763,4 +763,4 @@ def _own_import(graph: nir.NIRGraph, dt: float) -> tuple[Any, torch.dtype]:
         return norse_torch.from_nir(graph, dt=dt, ignore_warnings=True), torch.float32
 
 
-register_peer(own_import("norse", "norse", _own_import))
+register_peer(own_import("norse", "norse", f"{__name__}:_own_import"))

@@ -446,4 +446,4 @@ def _own_import(graph: nir.NIRGraph, dt: float) -> tuple[Any, torch.dtype]:
         return import_from_nir(graph), torch.float32
 
 
-register_peer(own_import("snntorch", "snntorch", _own_import))
+register_peer(own_import("snntorch", "snntorch", f"{__name__}:_own_import"))

@@ -456,4 +456,4 @@ def _own_import(graph: nir.NIRGraph, dt: float) -> tuple[Any, torch.dtype]:
     return import_from_nir(graph, dt=dt, dtype=torch.float64, step_mode="s"), torch.float64
 
 
-register_peer(own_import("spikingjelly", "spikingjelly", _own_import))
+register_peer(own_import("spikingjelly", "spikingjelly", f"{__name__}:_own_import"))

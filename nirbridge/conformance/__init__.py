@@ -21,7 +21,7 @@ Spiking outputs must be equal; other outputs (an LI's voltage) agree where
 
 from __future__ import annotations
 
-import copy
+import concurrent.futures
 import dataclasses
 import importlib
 import importlib.util
@@ -65,6 +65,7 @@ class Simulator:
     run: Runner
     version: Callable[[], str | None] = lambda: None
     python: str = sys.executable
+    isolated: bool = False  # runs each file in a process of its own (several may run at once)
 
 
 class ConformanceError(NirBridgeError):
@@ -131,34 +132,13 @@ def _read_as_users_do(path: str) -> nir.NIRGraph:
             raise strict from None
 
 
-def own_import(name: str, package: str, load: Loader) -> Simulator:
-    """A :class:`Simulator` for a simulator's own NIR import ``load`` (one Input node),
-    stepped one time step per call from a fresh state."""
-
-    def run(path: str, inputs: Mapping[str, np.ndarray], dt: float) -> Outputs:
-        import torch
-
-        graph = _read_as_users_do(path)
-        names = conventions.input_names(graph)
-        outputs = conventions.output_names(graph)
-        if len(names) != 1 or len(outputs) != 1:
-            raise ConformanceError(
-                f"not measured: nirbridge steps {name}'s import with one Input and one Output node, and "
-                f"this graph has {len(names)} and {len(outputs)}"
-            )
-        module, dtype = load(copy.deepcopy(graph), dt)
-        xs = torch.as_tensor(np.asarray(inputs[names[0]]), dtype=dtype)
-        outs, state = [], None
-        try:
-            with torch.no_grad():
-                for t in range(xs.shape[0]):
-                    out, state = module(xs[t], state)
-                    outs.append(out.detach().to(torch.float64).clone())
-        except Exception as error:
-            raise RunFailure(_one_line(error)) from error
-        return {outputs[0]: torch.stack(outs).numpy()}
-
-    return Simulator(name, package, run, _version(package))
+def own_import(name: str, package: str, loader: str) -> Simulator:
+    """A :class:`Simulator` for a torch simulator's own NIR import: ``loader`` names
+    ``"package.module:function"``, ``function(graph, dt) -> (module, dtype)``, which
+    :mod:`.peer_runner` calls in a fresh process of this Python for each file (one
+    simulator's import can change what another's gives in the same process)."""
+    simulator = peer(f"torch:{loader}", sys.executable)
+    return Simulator(name, package, simulator.run, _version(package), isolated=True)
 
 
 def _version(package: str) -> Callable[[], str | None]:
@@ -249,7 +229,7 @@ def peer(name: str, python: str, timeout: float = PEER_TIMEOUT) -> Simulator:
             return None
         return done.stdout.strip() or None
 
-    return Simulator(name, name, run, version, python)
+    return Simulator(name, name, run, version, python, isolated=True)
 
 
 def simulators(python: Mapping[str, str] | None = None) -> dict[str, Simulator]:
@@ -467,29 +447,64 @@ def conformance(
         spikes = int(sum(v.sum() for v in spiking)) if spiking else None  # None: no spiking output
         results.append(Result(path, "nirbridge", True, None, 1.0, None, None, spikes))
         cache: dict[str, Outputs | None] = {}
-        for name in chosen:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    got = available[name].run(path, inputs, step)
-                agreement, first = _compare(got, expected)
-            except RunFailure as failure:
-                results.append(Result(path, name, True, f"fails while running: {failure}"))
-                continue
-            except LoadFailure as failure:
-                results.append(Result(path, name, False, str(failure)))
-                continue
-            except Exception as error:  # noqa: BLE001 - a simulator that fails is a row
-                results.append(Result(path, name, False, _one_line(error)))
-                continue
-            diagnosis = None if agreement == 1.0 else _diagnose(graph, inputs, step, got, cache)
-            results.append(Result(path, name, True, None, agreement, first, diagnosis, spikes))
+        # simulators in processes of their own run side by side, one per processor
+        isolated = [name for name in chosen if available[name].isolated]
+        workers = max(1, min(len(isolated), os.cpu_count() or 1))
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            pending = {name: pool.submit(available[name].run, path, inputs, step) for name in isolated}
+            for name in chosen:
+                results.append(
+                    _measure(
+                        name,
+                        path,
+                        available[name],
+                        pending.get(name),
+                        inputs,
+                        step,
+                        expected,
+                        spikes,
+                        graph,
+                        cache,
+                    )
+                )
     from .. import __version__
 
     versions = {"nirbridge": {"version": __version__, "python": sys.executable}}
     for name in chosen:
         versions[name] = {"version": available[name].version(), "python": available[name].python}
     return Report(paths, versions, results, steps, batch)
+
+
+def _measure(
+    name: str,
+    path: str,
+    simulator: Simulator,
+    pending: concurrent.futures.Future[Outputs] | None,
+    inputs: Mapping[str, np.ndarray],
+    step: float,
+    expected: Outputs,
+    spikes: int | None,
+    graph: nir.NIRGraph,
+    cache: dict[str, Outputs | None],
+) -> Result:
+    """One simulator on one file: run (or collect its run from another process), compare
+    and diagnose."""
+    try:
+        if pending is not None:
+            got = pending.result()
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = simulator.run(path, inputs, step)
+        agreement, first = _compare(got, expected)
+    except RunFailure as failure:
+        return Result(path, name, True, f"fails while running: {failure}")
+    except LoadFailure as failure:
+        return Result(path, name, False, str(failure))
+    except Exception as error:  # noqa: BLE001 - a simulator that fails is a row
+        return Result(path, name, False, _one_line(error))
+    diagnosis = None if agreement == 1.0 else _diagnose(graph, inputs, step, got, cache)
+    return Result(path, name, True, None, agreement, first, diagnosis, spikes)
 
 
 def _one_line(error: BaseException) -> str:

@@ -2,6 +2,12 @@
 
     PYTHON peer_runner.py SIMULATOR GRAPH.nir INPUTS.h5 OUTPUTS.h5
 
+SIMULATOR is a peer of :data:`SIMULATORS` (spyx, sinabs, rockpool), or
+``torch:package.module:function`` for a torch simulator's own import that nirbridge's
+adapter describes (norse, snntorch, spikingjelly), run in nirbridge's own Python: each
+file in a fresh process, since one simulator's import can change what another's does
+in the same process (snntorch's changes what norse's gives on a Delay).
+
 :mod:`nirbridge.conformance` runs this script in a subprocess of another Python, one in
 which the simulator imports (sinabs and rockpool pin older nir releases, spyx needs
 JAX), so it imports only the standard library, numpy, h5py, nir and the simulator,
@@ -30,6 +36,7 @@ import nir
 import numpy as np
 
 LOAD_FAILED, RUN_FAILED = 3, 4
+Run = Callable[[nir.NIRGraph, dict[str, np.ndarray], float], dict[str, np.ndarray]]
 
 
 class _Failure(Exception):
@@ -123,9 +130,114 @@ def run_spyx(graph: nir.NIRGraph, inputs: dict[str, np.ndarray], dt: float) -> d
     return {output: np.asarray(out, dtype=np.float64)}
 
 
-SIMULATORS: dict[str, Callable[[nir.NIRGraph, dict[str, np.ndarray], float], dict[str, np.ndarray]]] = {
+def _dropped(graph: nir.NIRGraph, executor: object) -> list[str]:
+    """Nodes (not Input/Output) that a nirtorch GraphExecutor built no module for: it
+    wires around them without a word (sinabs drops a Linear this way)."""
+    from nirtorch.utils import sanitize_name
+
+    present = {n.name for n in executor.graph.node_list if n.elem is not None}
+    return [
+        f"{type(v).__name__} {k!r}"
+        for k, v in graph.nodes.items()
+        if not isinstance(v, (nir.Input, nir.Output)) and sanitize_name(k) not in present
+    ]
+
+
+def _whole_sequence(name: str, load: Callable[[nir.NIRGraph, int], object], batch_time: bool) -> Run:
+    """A peer whose import gives a nirtorch GraphExecutor run over the whole sequence in
+    one call: ``[B*T, ...]`` (sinabs, ``batch_time=False``) or ``[B, T, ...]`` (rockpool),
+    in the dtype of its parameters (float32)."""
+
+    def run(graph: nir.NIRGraph, inputs: dict[str, np.ndarray], dt: float) -> dict[str, np.ndarray]:
+        import torch
+
+        x, output = _one_input(graph, inputs)
+        steps, batch = x.shape[:2]
+        try:
+            model = load(graph, batch)
+            dropped = _dropped(graph, model)
+        except Exception as error:
+            raise _Failure(LOAD_FAILED, error) from error
+        if dropped:
+            raise _Failure(
+                LOAD_FAILED, ValueError(f"{name}'s import builds nothing for {', '.join(dropped)}")
+            )
+        try:
+            parameters = [q for q in [*model.parameters(), *model.buffers()] if q.is_floating_point()]
+            dtype = parameters[0].dtype if parameters else torch.float32
+            xs = torch.as_tensor(np.ascontiguousarray(np.swapaxes(x, 0, 1)), dtype=dtype)  # [B, T, ...]
+            with torch.no_grad():
+                result = model(xs if batch_time else xs.reshape(batch * steps, *xs.shape[2:]))
+            while isinstance(result, tuple):
+                result = result[0]
+            y = result.detach().to(torch.float64).numpy()
+            y = y.reshape(batch, steps, *y.shape[(2 if batch_time else 1) :])
+        except Exception as error:
+            raise _Failure(RUN_FAILED, error) from error
+        return {output: np.ascontiguousarray(np.swapaxes(y, 0, 1))}
+
+    return run
+
+
+def _sinabs(graph: nir.NIRGraph, batch: int) -> object:
+    """sinabs: ``sinabs.from_nir(graph, batch_size=B)``; it takes no time step (tau in
+    steps), its neurons reset by subtraction and may spike several times a step."""
+    from sinabs import from_nir
+
+    return from_nir(graph, batch_size=batch)
+
+
+def _rockpool(graph: nir.NIRGraph, batch: int) -> object:
+    """rockpool: ``rockpool.nn.modules.from_nir(graph)``; it takes no time step (its own
+    per node: min(tau / (1 + r)))."""
+    from rockpool.nn.modules import from_nir
+
+    return from_nir(graph)
+
+
+def run_torch_loader(spec: str) -> Run:
+    """A torch simulator's own import, named ``"package.module:function"``: ``function(graph,
+    dt) -> (module, dtype)`` imports the graph as the simulator's users do (nirbridge's
+    adapters hold these), and the module is stepped ``out, state = module(x_t, state)``."""
+
+    def run(graph: nir.NIRGraph, inputs: dict[str, np.ndarray], dt: float) -> dict[str, np.ndarray]:
+        import importlib
+
+        import torch
+
+        x, output = _one_input(graph, inputs)
+        module_name, _, function = spec.partition(":")
+        try:
+            module, dtype = getattr(importlib.import_module(module_name), function)(graph, dt)
+        except Exception as error:
+            raise _Failure(LOAD_FAILED, error) from error
+        xs = torch.as_tensor(x, dtype=dtype)
+        outs, state = [], None
+        try:
+            with torch.no_grad():
+                for t in range(xs.shape[0]):
+                    out, state = module(xs[t], state)
+                    outs.append(out.detach().to(torch.float64).clone())
+        except Exception as error:
+            raise _Failure(RUN_FAILED, error) from error
+        return {output: torch.stack(outs).numpy()}
+
+    return run
+
+
+SIMULATORS: dict[str, Run] = {
     "spyx": run_spyx,
+    "sinabs": _whole_sequence("sinabs", _sinabs, batch_time=False),
+    "rockpool": _whole_sequence("rockpool", _rockpool, batch_time=True),
 }
+
+
+def _simulator(name: str) -> Run:
+    """``name`` of :data:`SIMULATORS`, or ``torch:package.module:function`` (see
+    :func:`run_torch_loader`)."""
+    if name.startswith("torch:"):
+        return run_torch_loader(name.removeprefix("torch:"))
+    return SIMULATORS[name]
 
 
 def main(argv: list[str]) -> int:
@@ -136,7 +248,7 @@ def main(argv: list[str]) -> int:
         except Exception as error:
             raise _Failure(LOAD_FAILED, error) from error
         inputs, dt = read_inputs(inputs_path, graph)
-        write_outputs(outputs_path, SIMULATORS[simulator](graph, inputs, dt), dt)
+        write_outputs(outputs_path, _simulator(simulator)(graph, inputs, dt), dt)
     except _Failure as failure:
         print(failure, file=sys.stderr)
         return failure.status
@@ -144,4 +256,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    import warnings
+
+    warnings.filterwarnings("ignore")  # the peers' own deprecation notices; results say what matters
     sys.exit(main(sys.argv[1:]))

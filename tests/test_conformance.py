@@ -160,9 +160,9 @@ def test_the_example_files_load_run_or_fail_each_in_its_row():
 
 def test_unknown_simulators_are_named_with_those_available(tmp_path):
     with pytest.raises(
-        nirbridge.NirBridgeError, match=r"\['sinabs'\] are not available here \(available: \["
+        nirbridge.NirBridgeError, match=r"\['brian2'\] are not available here \(available: \["
     ):
-        conformance([separating_graph(tmp_path / "g.nir", 2.0)], ["sinabs"])
+        conformance([separating_graph(tmp_path / "g.nir", 2.0)], ["brian2"])
 
 
 def test_the_command_line_prints_the_table_and_writes_the_json(tmp_path):

@@ -245,7 +245,10 @@ def simulators(python: Mapping[str, str] | None = None) -> dict[str, Simulator]:
         if importlib.util.find_spec(name) is None:
             continue
         if name not in _REGISTRY:
-            importlib.import_module(f"nirbridge.adapters.{adapter}")
+            try:
+                importlib.import_module(f"nirbridge.adapters.{adapter}")
+            except ImportError:  # installed, but not importable beside nirbridge: not available
+                continue
         if name in _REGISTRY:
             found[name] = _REGISTRY[name]
         found[f"nirbridge+{name}"] = Simulator(

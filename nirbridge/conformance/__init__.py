@@ -11,9 +11,18 @@ exactly, ``"unexplained"`` where none does.
 Simulators, by name:
 
 - ``norse``, ``snntorch``, ``spikingjelly``: the simulator's **own** NIR import, as
-  its users call it; the adapter of that simulator registers how (:func:`register`).
+  its users call it; the adapter of that simulator registers how (:func:`register`,
+  :func:`own_import`), and each file runs in a fresh process of this Python
+  (:mod:`.peer_runner`), since one simulator's import can change what another's gives
+  in the same process.
+- ``sinabs``, ``rockpool``, ``spyx``: peers in a Python of their own (:func:`peer`),
+  inputs and outputs crossing as NIRGraphData files.
 - ``nirbridge+norse``, ``nirbridge+snntorch``, ``nirbridge+spikingjelly``: nirbridge's
-  adapter (``nirbridge.adapters.NAME.from_nir``), its neurons that simulator's.
+  adapter (``nirbridge.adapters.NAME.from_nir``), its neurons that simulator's, in
+  this process.
+
+The conformance pack (:mod:`.pack`) and the report's pictures (:mod:`.report`) are
+beside this module.
 
 Spiking outputs must be equal; other outputs (an LI's voltage) agree where
 ``|a − b| ≤ 1e-6 + 1e-5·m``, ``m`` the largest ``|b|`` of that output.
@@ -112,24 +121,6 @@ def _adapter_runner(name: str) -> Runner:
         return {conventions.output_names(graph)[0]: torch.stack(outs).numpy()}
 
     return run
-
-
-Loader = Callable[[nir.NIRGraph, float], tuple[Any, Any]]
-"""``load(graph, dt) -> (module, dtype)``: a simulator's own import of ``graph`` (its
-copy), a module stepped as ``out, state = module(x_t, state)`` from ``state=None``, and
-the torch dtype it computes in."""
-
-
-def _read_as_users_do(path: str) -> nir.NIRGraph:
-    """``nir.read``; a file that fails only nir's type check is read without it, so that
-    the simulator, not the reader, decides."""
-    try:
-        return nir.read(path)
-    except ValueError as strict:
-        try:
-            return nir.read(path, type_check=False)
-        except Exception:  # noqa: BLE001 - the strict reader's complaint is the one to show
-            raise strict from None
 
 
 def own_import(name: str, package: str, loader: str) -> Simulator:

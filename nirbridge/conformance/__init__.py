@@ -105,20 +105,10 @@ def _adapter_runner(name: str) -> Runner:
         adapter = importlib.import_module(f"nirbridge.adapters.{name}")
         module = adapter.from_nir(path, dt=dt, dtype=torch.float64, allow_negative_tau=True)
         graph = read(path)
-        names = conventions.input_names(graph)
-        xs = [torch.as_tensor(np.asarray(inputs[n]), dtype=torch.float64) for n in names]
-        outs: list[Any] = []
-        state = None
         try:
-            with torch.no_grad():
-                for t in range(xs[0].shape[0]):
-                    out, state = module(*(x[t] for x in xs), state=state)
-                    outs.append(out)
+            return conventions.stepped(module, graph, inputs)
         except Exception as error:
             raise RunFailure(_one_line(error)) from error
-        if isinstance(outs[0], Mapping):
-            return {k: torch.stack([o[k] for o in outs]).numpy() for k in outs[0]}
-        return {conventions.output_names(graph)[0]: torch.stack(outs).numpy()}
 
     return run
 

@@ -191,22 +191,26 @@ def reference(
     node_map = _subtractive_map() if convention.subtractive else None
     # a file is measured as its equations say, time constants below 0 included
     gm = nir_to_torch(graph, node_map, dt=step, dtype=torch.float64, allow_negative_tau=True)
-    names = input_names(graph)
-    xs = [torch.as_tensor(np.asarray(inputs[n]), dtype=torch.float64) for n in names]
-    outs: list[Any] = []
-    state = None
-    with torch.no_grad():
-        for t in range(xs[0].shape[0]):
-            out, state = gm(*(x[t] for x in xs), state=state)
-            outs.append(out)
-    outputs = output_names(graph)
-    if isinstance(outs[0], Mapping):
-        result = {k: torch.stack([o[k] for o in outs]).numpy() for k in outs[0]}
-    else:
-        result = {outputs[0]: torch.stack(outs).numpy()}
+    result = stepped(gm, graph, inputs)
     if convention.lag:
         for key, value in result.items():
             shifted = np.zeros_like(value)
             shifted[convention.lag :] = value[: -convention.lag]
             result[key] = shifted
     return result
+
+
+def stepped(module: torch.nn.Module, graph: nir.NIRGraph, inputs: Mapping[str, np.ndarray]) -> Outputs:
+    """``module`` (built from ``graph``: one positional input per Input node, one output
+    or a dict of them) stepped ``out, state = module(*x_t, state=state)`` from a fresh
+    state over ``inputs``, in float64; its outputs by Output name."""
+    xs = [torch.as_tensor(np.asarray(inputs[n]), dtype=torch.float64) for n in input_names(graph)]
+    outs: list[Any] = []
+    state = None
+    with torch.no_grad():
+        for t in range(xs[0].shape[0]):
+            out, state = module(*(x[t] for x in xs), state=state)
+            outs.append(out)
+    if isinstance(outs[0], Mapping):
+        return {k: torch.stack([o[k] for o in outs]).numpy() for k in outs[0]}
+    return {output_names(graph)[0]: torch.stack(outs).numpy()}

@@ -55,7 +55,6 @@ VENV312 := .venv312
 PY312 := $(VENV312)/bin/python
 STAMP312 := $(VENV312)/.installed
 PEERS_DIR := .venv-peers
-PEER_TORCH = torch==$(shell $(PY) -c 'import torch; print(torch.__version__)')
 PEER_STAMPS := $(PEERS_DIR)/sinabs/.installed $(PEERS_DIR)/rockpool/.installed $(PEERS_DIR)/spyx/.installed
 NOTEBOOK_ARGS ?=
 
@@ -120,16 +119,30 @@ $(STAMP312): pyproject.toml Makefile
 	touch $(STAMP312)
 
 # the peers of `nirbridge conformance`, each in its own virtualenv under .venv-peers (sinabs
-# 3.1.3 and rockpool 3.1.0 read files only with nir 1.0.4; spyx needs JAX): torch is .venv's
-# own build (no second download where pip's find-links has it), JAX the CPU build
-$(PEERS_DIR)/sinabs/.installed: $(TORCH_STAMP) Makefile
+# 3.1.3 and rockpool 3.1.0 read files only with nir 1.0.4; spyx needs JAX). torch comes as
+# .venv's does when pip installs it: TORCH_SPEC/TORCH_INDEX, else a wheel pip's find-links
+# offers (the CPU build on this project's CI machines), else the platform's default; JAX
+# is the CPU build
+define peer_torch
+	@if [ -n "$(TORCH_SPEC)$(TORCH_INDEX)" ]; then \
+		$(1) -m pip install -q --disable-pip-version-check '$(or $(TORCH_SPEC),torch)' $(if $(TORCH_INDEX),--index-url '$(TORCH_INDEX)'); \
+	elif $(1) -m pip install -q --disable-pip-version-check --no-index --no-deps 'torch>=2.1' 2>/dev/null; then \
+		$(1) -m pip install -q --disable-pip-version-check torch; \
+	else \
+		$(1) -m pip install -q --disable-pip-version-check torch; \
+	fi
+endef
+
+$(PEERS_DIR)/sinabs/.installed: Makefile
 	$(PYTHON) -m venv --clear $(PEERS_DIR)/sinabs
-	$(PEERS_DIR)/sinabs/bin/python -m pip install -q --disable-pip-version-check sinabs==3.1.3 nir==1.0.4 h5py '$(PEER_TORCH)'
+	$(call peer_torch,$(PEERS_DIR)/sinabs/bin/python)
+	$(PEERS_DIR)/sinabs/bin/python -m pip install -q --disable-pip-version-check sinabs==3.1.3 nir==1.0.4 h5py
 	touch $@
 
-$(PEERS_DIR)/rockpool/.installed: $(TORCH_STAMP) Makefile
+$(PEERS_DIR)/rockpool/.installed: Makefile
 	$(PYTHON) -m venv --clear $(PEERS_DIR)/rockpool
-	$(PEERS_DIR)/rockpool/bin/python -m pip install -q --disable-pip-version-check rockpool==3.1.0 nir==1.0.4 'nirtorch<2.0.3' h5py '$(PEER_TORCH)'
+	$(call peer_torch,$(PEERS_DIR)/rockpool/bin/python)
+	$(PEERS_DIR)/rockpool/bin/python -m pip install -q --disable-pip-version-check rockpool==3.1.0 nir==1.0.4 'nirtorch<2.0.3' h5py
 	touch $@
 
 $(PEERS_DIR)/spyx/.installed: Makefile

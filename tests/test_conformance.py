@@ -62,7 +62,17 @@ def test_a_graph_with_r_not_1_and_dt_not_1e_4_tells_each_peer_s_convention(tmp_p
     assert got["r5.nir", "spikingjelly"].agreement == 1.0
 
 
-def lif_numpy(graph: nir.NIRGraph, x: np.ndarray, dt: float, *, ignore_r=False, subtract=False, lag=0):
+def lif_numpy(
+    graph: nir.NIRGraph,
+    x: np.ndarray,
+    dt: float,
+    *,
+    ignore_r=False,
+    subtract=False,
+    lag=0,
+    several=False,
+    clamp=False,
+):
     """The separating graph's equations in numpy, written out again (DESIGN.md's LIF):
     v += dt/tau (v_leak - v + r W x); spike where v > v_th; then reset."""
     affine = next(n for n in graph.nodes.values() if isinstance(n, nir.Affine))
@@ -72,8 +82,13 @@ def lif_numpy(graph: nir.NIRGraph, x: np.ndarray, dt: float, *, ignore_r=False, 
     out = np.zeros((x.shape[0], x.shape[1], lif.tau.size))
     for t in range(x.shape[0]):
         v = v + dt / lif.tau * (lif.v_leak - v + r * (x[t] @ affine.weight.T + affine.bias))
-        z = (v > lif.v_threshold).astype(np.float64)
+        if several:  # as many spikes as thresholds the membrane holds (where it is above 0)
+            z = (v > 0) * np.trunc(v / lif.v_threshold)
+        else:
+            z = (v > lif.v_threshold).astype(np.float64)
         v = v - z * lif.v_threshold if subtract else np.where(z > 0, lif.v_reset, v)
+        if clamp:
+            v = np.maximum(v, -lif.v_threshold)
         out[t] = z
     if lag:
         out = np.concatenate([np.zeros_like(out[:lag]), out[:-lag]])
@@ -88,6 +103,10 @@ def lif_numpy(graph: nir.NIRGraph, x: np.ndarray, dt: float, *, ignore_r=False, 
         ({"lag": 1}, "one-step lag"),
         ({"dt": 1.0}, "dt=1"),
         ({"ignore_r": True, "lag": 1}, "r ignored + one-step lag"),
+        (
+            {"several": True, "subtract": True, "clamp": True},
+            "several spikes a step + subtractive reset + clamp at -v_th",
+        ),
         ({}, None),
     ],
 )
@@ -275,6 +294,9 @@ def test_the_pack_and_example_files_run_against_every_peer():
     for peer in ("sinabs", "rockpool"):
         assert not got["lif_shared.nir", peer].loads and "'v_reset'" in got["lif_shared.nir", peer].error
     assert got[names[0], "sinabs"].loads and 0 < got[names[0], "sinabs"].agreement < 1
+    assert got[names[0], "sinabs"].diagnosis == (
+        "exponential decay, tau in steps + several spikes a step + subtractive reset, in float32"
+    )
     assert not got[names[0], "rockpool"].loads and "tau_mem" in got[names[0], "rockpool"].error
     assert got[names[1], "rockpool"].loads and 0 < got[names[1], "rockpool"].agreement < 1
     assert got["lif_r_and_dt.nir", "spyx"].loads and got["lif_r_and_dt.nir", "spyx"].agreement < 1
@@ -290,3 +312,12 @@ def test_a_peer_that_is_not_installed_or_crashes_is_a_row(tmp_path):
     broken.chmod(0o755)
     result = rows(conformance([path], ["spyx"], python={"spyx": str(broken)}))["g.nir", "spyx"]
     assert not result.loads and "crashed (exit status 9): something broke" in result.error
+
+
+def test_sinabs_runs_the_nir_paper_s_cnn_as_its_if_neurons_say():
+    """At the time step its exporter meant (1), sinabs' IF spikes several times a step,
+    subtracts the threshold and keeps the membrane at -threshold or above."""
+    path = EXAMPLES / "NIR__paper__02_cnn__cnn_sinabs.nir"
+    result = rows(conformance([path], ["sinabs"], dt=1.0, steps=30, python=PEER_PYTHONS))[path.name, "sinabs"]
+    assert 0 < result.agreement < 1 and result.reference_spikes > 0
+    assert result.diagnosis == "several spikes a step + subtractive reset + clamp at -v_th"

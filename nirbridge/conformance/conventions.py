@@ -21,6 +21,11 @@ convention                the reference run with
 ``dt from r``             the time step taken as :math:`\tau / r` of the first neuron
                           (rockpool)
 ========================  ===================================================================
+
+and, tried after those alone and in pairs, :data:`COMPOSITES`: sets one simulator is
+known to follow together (sinabs' IF: several spikes a step, subtractive reset and a
+clamp at :math:`-v_{th}`; its LIF: exponential decay with :math:`\tau` in steps and
+several spikes a step, in float32).
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ class Convention:
     subtractive: bool = False
     lag: int = 0
     dt_from_r: bool = False
+    multispike: bool = False  # trunc(v / v_th) spikes a step where v > 0, each subtracting v_th
+    clamp: bool = False  # the membrane kept at -v_th or above after the reset
+    steps_decay: bool = False  # LIF: v <- exp(-1 / tau) v + x, tau in steps (r, v_leak, dt unused)
+    float32: bool = False  # computed in float32, as the simulator computes (trunc(v / v_th) differs)
 
 
 CONVENTIONS: tuple[Convention, ...] = (
@@ -78,17 +87,40 @@ def combined(a: Convention, b: Convention) -> Convention:
         subtractive=a.subtractive or b.subtractive,
         lag=a.lag + b.lag,
         dt_from_r=a.dt_from_r or b.dt_from_r,
+        multispike=a.multispike or b.multispike,
+        clamp=a.clamp or b.clamp,
+        steps_decay=a.steps_decay or b.steps_decay,
+        float32=a.float32 or b.float32,
     )
 
 
+COMPOSITES: tuple[Convention, ...] = (
+    Convention(
+        "several spikes a step + subtractive reset + clamp at -v_th",
+        subtractive=True,
+        multispike=True,
+        clamp=True,
+    ),
+    Convention(
+        "exponential decay, tau in steps + several spikes a step + subtractive reset, in float32",
+        subtractive=True,
+        multispike=True,
+        steps_decay=True,
+        float32=True,
+    ),
+)
+"""Sets of conventions one simulator is known to follow together (sinabs' IF and LIF),
+tried after the pairs."""
+
+
 def candidates() -> list[Convention]:
-    """Every convention alone, then every compatible pair."""
+    """Every convention alone, then every compatible pair, then :data:`COMPOSITES`."""
     pairs = [
         combined(a, b)
         for a, b in itertools.combinations(CONVENTIONS, 2)
         if not ((a.fixed_dt is not None or a.dt_from_r) and (b.fixed_dt is not None or b.dt_from_r))
     ]
-    return [*CONVENTIONS, *pairs]
+    return [*CONVENTIONS, *pairs, *COMPOSITES]
 
 
 _NEUTRAL = {"r": 1.0, "w_in": 1.0, "v_leak": 0.0}
@@ -131,25 +163,40 @@ def _first_tau_over_r(graph: nir.NIRGraph) -> float | None:
 
 
 class _Subtract:
-    """A neuron module's forward with the reset :math:`v \\leftarrow v - v_{th}`."""
+    """A neuron module's forward with the reset :math:`v \\leftarrow v - v_{th}`, and the
+    variants of :class:`Convention` (``convention`` is set on the class)."""
+
+    convention: Convention
 
     def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        c = self.convention
         if state is None:
             state = self.initial_state(x)
+            if c.steps_decay:
+                state = F.IState(torch.zeros_like(state.v))
         if isinstance(self, M.CubaLIF):
             i, v = F._cuba(x, state, self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in, self.dt)
+        elif isinstance(self, M.LIF) and c.steps_decay:
+            i, v = None, torch.exp(-1.0 / self.tau) * state.v + x
         elif isinstance(self, M.LIF):
             i, v = None, state.v + (self.dt / self.tau) * (self.v_leak - state.v + self.r * x)
         else:
             i, v = None, state.v + self.dt * self.r * x
-        z = (v > self.v_threshold).to(v.dtype)
+        if c.multispike:
+            z = (v > 0).to(v.dtype) * torch.div(v, self.v_threshold, rounding_mode="trunc")
+        else:
+            z = (v > self.v_threshold).to(v.dtype)
         v = v - z * self.v_threshold
+        if c.clamp:
+            v = torch.maximum(v, -self.v_threshold)
         return z, (F.CubaLIState(i, v) if i is not None else F.IState(v))
 
 
-def _subtractive_map() -> dict[type, Callable[..., torch.nn.Module]]:
+def _subtractive_map(convention: Convention) -> dict[type, Callable[..., torch.nn.Module]]:
     def make(module_type: type) -> Callable[..., torch.nn.Module]:
-        variant = type(f"Subtractive{module_type.__name__}", (_Subtract, module_type), {})
+        variant = type(
+            f"Subtractive{module_type.__name__}", (_Subtract, module_type), {"convention": convention}
+        )
 
         def build(node: nir.NIRNode, dt: float) -> torch.nn.Module:
             module = module_type.from_nir(node, dt=dt)
@@ -188,10 +235,11 @@ def reference(
         if found is None:
             raise ValueError("no neuron has both a time constant and r")
         step = found
-    node_map = _subtractive_map() if convention.subtractive else None
+    node_map = _subtractive_map(convention) if convention.subtractive else None
     # a file is measured as its equations say, time constants below 0 included
-    gm = nir_to_torch(graph, node_map, dt=step, dtype=torch.float64, allow_negative_tau=True)
-    result = stepped(gm, graph, inputs)
+    dtype = torch.float32 if convention.float32 else torch.float64
+    gm = nir_to_torch(graph, node_map, dt=step, dtype=dtype, allow_negative_tau=True)
+    result = stepped(gm, graph, inputs, dtype)
     if convention.lag:
         for key, value in result.items():
             shifted = np.zeros_like(value)
@@ -200,11 +248,16 @@ def reference(
     return result
 
 
-def stepped(module: torch.nn.Module, graph: nir.NIRGraph, inputs: Mapping[str, np.ndarray]) -> Outputs:
+def stepped(
+    module: torch.nn.Module,
+    graph: nir.NIRGraph,
+    inputs: Mapping[str, np.ndarray],
+    dtype: torch.dtype = torch.float64,
+) -> Outputs:
     """``module`` (built from ``graph``: one positional input per Input node, one output
     or a dict of them) stepped ``out, state = module(*x_t, state=state)`` from a fresh
     state over ``inputs``, in float64; its outputs by Output name."""
-    xs = [torch.as_tensor(np.asarray(inputs[n]), dtype=torch.float64) for n in input_names(graph)]
+    xs = [torch.as_tensor(np.asarray(inputs[n]), dtype=dtype) for n in input_names(graph)]
     outs: list[Any] = []
     state = None
     with torch.no_grad():
@@ -212,5 +265,5 @@ def stepped(module: torch.nn.Module, graph: nir.NIRGraph, inputs: Mapping[str, n
             out, state = module(*(x[t] for x in xs), state=state)
             outs.append(out)
     if isinstance(outs[0], Mapping):
-        return {k: torch.stack([o[k] for o in outs]).numpy() for k in outs[0]}
-    return {output_names(graph)[0]: torch.stack(outs).numpy()}
+        return {k: torch.stack([o[k] for o in outs]).double().numpy() for k in outs[0]}
+    return {output_names(graph)[0]: torch.stack(outs).double().numpy()}

@@ -55,8 +55,8 @@ __all__ = [
     "Simulator",
     "conformance",
     "own_import",
+    "available",
     "register",
-    "simulators",
 ]
 
 Runner = Callable[[str, Mapping[str, np.ndarray], float], Outputs]
@@ -169,12 +169,7 @@ def peer(name: str, python: str, timeout: float = PEER_TIMEOUT) -> Simulator:
 
         with tempfile.TemporaryDirectory() as folder:
             sent, received = os.path.join(folder, "inputs.h5"), os.path.join(folder, "outputs.h5")
-            nodes = {}
-            for key, value in inputs.items():
-                grid = np.asarray(value, dtype=np.float64)
-                grid = grid.reshape(grid.shape[0], grid.shape[1], -1).transpose(1, 0, 2)  # (B, T, n)
-                nodes[key] = nir.NIRNodeData({"output": nir.TimeGriddedData(np.ascontiguousarray(grid), dt)})
-            write_data(sent, nir.NIRGraphData(nodes))
+            write_data(sent, pack.as_data(inputs, dt))
             try:
                 done = subprocess.run(
                     [python, _RUNNER, name, os.path.abspath(path), sent, received],
@@ -213,7 +208,7 @@ def peer(name: str, python: str, timeout: float = PEER_TIMEOUT) -> Simulator:
     return Simulator(name, name, run, version, python, isolated=True)
 
 
-def simulators(python: Mapping[str, str] | None = None) -> dict[str, Simulator]:
+def available(python: Mapping[str, str] | None = None) -> dict[str, Simulator]:
     """Every simulator available here, by name: those whose package imports beside
     nirbridge, and the peers (:data:`PEERS`) whose interpreter ``python`` names or
     ``.venv-peers/NAME`` holds."""
@@ -294,16 +289,6 @@ class Report:
                     verdict += " (the reference never spikes: agreement proves little)"
             lines.append(f"  {result.simulator:<24} {name:<{width}}  {verdict}")
         return "\n".join(lines)
-
-
-def _inputs(graph: nir.NIRGraph, steps: int, batch: int, rate: float, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    inputs = {}
-    for name in conventions.input_names(graph):
-        node = graph.nodes[name]
-        shape = tuple(int(s) for s in np.asarray(node.input_type["input"]).reshape(-1))
-        inputs[name] = (rng.random((steps, batch, *shape)) < rate).astype(np.float64)
-    return inputs
 
 
 def _spiking(values: np.ndarray) -> bool:
@@ -400,12 +385,12 @@ def conformance(
     """
     from ..io import read
 
-    available = globals()["simulators"](python)
-    chosen = list(available) if simulators is None else list(simulators)
-    unknown = [name for name in chosen if name not in available]
+    found = available(python)
+    chosen = list(found) if simulators is None else list(simulators)
+    unknown = [name for name in chosen if name not in found]
     if unknown:
         raise ConformanceError(
-            f"simulator(s) {unknown} are not available here (available: {sorted(available)}); install the "
+            f"simulator(s) {unknown} are not available here (available: {sorted(found)}); install the "
             "package, or leave them out"
         )
     paths = list(dict.fromkeys([*(os.fspath(f) for f in files), *(pack.files() if with_pack else [])]))
@@ -422,7 +407,7 @@ def conformance(
                 if os.path.exists(fixed):
                     inputs = pack.inputs_of(path, graph)
                 else:
-                    inputs = _inputs(graph, steps, batch, rate, seed)
+                    inputs = pack.random_inputs(graph, steps, batch, rate, np.random.default_rng(seed))
                 expected = conventions.reference(graph, inputs, step)
         except Exception as error:  # noqa: BLE001 - a file the reference cannot run is a row
             results.append(Result(path, "nirbridge", False, _one_line(error)))
@@ -432,16 +417,16 @@ def conformance(
         results.append(Result(path, "nirbridge", True, None, 1.0, None, None, spikes))
         cache: dict[str, Outputs | None] = {}
         # simulators in processes of their own run side by side, one per processor
-        isolated = [name for name in chosen if available[name].isolated]
+        isolated = [name for name in chosen if found[name].isolated]
         workers = max(1, min(len(isolated), os.cpu_count() or 1))
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            pending = {name: pool.submit(available[name].run, path, inputs, step) for name in isolated}
+            pending = {name: pool.submit(found[name].run, path, inputs, step) for name in isolated}
             for name in chosen:
                 results.append(
                     _measure(
                         name,
                         path,
-                        available[name],
+                        found[name],
                         pending.get(name),
                         inputs,
                         step,
@@ -455,7 +440,7 @@ def conformance(
 
     versions = {"nirbridge": {"version": __version__, "python": sys.executable}}
     for name in chosen:
-        versions[name] = {"version": available[name].version(), "python": available[name].python}
+        versions[name] = {"version": found[name].version(), "python": found[name].python}
     return Report(paths, versions, results, steps, batch)
 
 

@@ -21,12 +21,12 @@ writes it again (the graphs and inputs are seeded, so the files come out the sam
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import nir
 import numpy as np
 
-__all__ = ["GRAPHS", "PACK_DIR", "build", "files", "write"]
+__all__ = ["GRAPHS", "PACK_DIR", "as_data", "build", "files", "inputs_of", "random_inputs", "write"]
 
 PACK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pack")
 STEPS, BATCH, RATE = 100, 2, 0.3
@@ -288,15 +288,25 @@ def build(name: str) -> tuple[nir.NIRGraph, dict[str, np.ndarray]]:
     """Graph ``name`` and its fixed inputs ``[T, B, ...]`` (0/1 spikes, float64)."""
     rng = _rng(name)
     graph = GRAPHS[name](rng)
+    return graph, random_inputs(graph, STEPS, BATCH, RATE, rng)
+
+
+def random_inputs(
+    graph: nir.NIRGraph, steps: int, batch: int, rate: float, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """0/1 spikes at ``rate`` ``[steps, batch, ...]`` (float64) for each Input node of
+    ``graph``, in node order."""
     inputs = {}
     for key, node in graph.nodes.items():
         if isinstance(node, nir.Input):
             shape = tuple(int(s) for s in np.asarray(node.input_type["input"]).reshape(-1))
-            inputs[key] = (rng.random((STEPS, BATCH, *shape)) < RATE).astype(np.float64)
-    return graph, inputs
+            inputs[key] = (rng.random((steps, batch, *shape)) < rate).astype(np.float64)
+    return inputs
 
 
-def _as_data(values: dict[str, np.ndarray], dt: float) -> nir.NIRGraphData:
+def as_data(values: Mapping[str, np.ndarray], dt: float) -> nir.NIRGraphData:
+    """Values ``[T, B, ...]`` by node name as NIRGraphData: a ``TimeGriddedData``
+    observable ``"output"`` of shape ``(B, T, neurons)`` per node (the pack's layout)."""
     nodes = {}
     for key, value in values.items():
         grid = np.asarray(value, dtype=np.float64)
@@ -319,8 +329,8 @@ def write(folder: str = PACK_DIR) -> list[str]:
         dt = float(graph.metadata["dt"])
         path = os.path.join(folder, f"{name}.nir")
         write_graph(path, graph)
-        write_data(os.path.join(folder, f"{name}.inputs.h5"), _as_data(inputs, dt))
-        write_data(os.path.join(folder, f"{name}.reference.h5"), _as_data(reference(graph, inputs, dt), dt))
+        write_data(os.path.join(folder, f"{name}.inputs.h5"), as_data(inputs, dt))
+        write_data(os.path.join(folder, f"{name}.reference.h5"), as_data(reference(graph, inputs, dt), dt))
         paths.append(path)
     return paths
 

@@ -141,6 +141,13 @@ PEER_TIMEOUT = 300.0  # seconds one peer may take for one file
 _RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_runner.py")
 
 
+class PeerOutputs(dict):
+    """A peer's outputs by Output name, with what the runner said of how it read the file
+    (``"read with nir 1.0.4, without v_reset of 'lif'"``)."""
+
+    note: str | None = None
+
+
 class LoadFailure(Exception):
     """A peer's import refused a file (status 3 of :mod:`.peer_runner`), or the peer
     crashed or timed out."""
@@ -188,10 +195,13 @@ def peer(name: str, python: str, timeout: float = PEER_TIMEOUT) -> Simulator:
             if done.returncode != 0:
                 raise LoadFailure(f"{python} crashed (exit status {done.returncode}): {told}")
             data = read_data(received)
-        return {
-            key: node.observables["output"].data.transpose(1, 0, 2).astype(np.float64)
+        outputs = PeerOutputs(
+            (key, node.observables["output"].data.transpose(1, 0, 2).astype(np.float64))
             for key, node in data.nodes.items()
-        }
+        )
+        if told.startswith("read with nir "):
+            outputs.note = told
+        return outputs
 
     def version() -> str | None:
         try:
@@ -247,6 +257,7 @@ class Result:
     first_divergence: dict[str, Any] | None = None
     diagnosis: str | None = None
     reference_spikes: int | None = None
+    note: str | None = None  # how a peer read the file, where it left something out
 
 
 @dataclasses.dataclass
@@ -287,6 +298,8 @@ class Report:
                     verdict += f"; diagnosis: {result.diagnosis}"
                 if result.reference_spikes == 0:
                     verdict += " (the reference never spikes: agreement proves little)"
+            if result.note:
+                verdict += f" [{result.note}]"
             lines.append(f"  {result.simulator:<24} {name:<{width}}  {verdict}")
         return "\n".join(lines)
 
@@ -473,7 +486,7 @@ def _measure(
     except Exception as error:  # noqa: BLE001 - a simulator that fails is a row
         return Result(path, name, False, _one_line(error))
     diagnosis = None if agreement == 1.0 else _diagnose(graph, inputs, step, got, cache)
-    return Result(path, name, True, None, agreement, first, diagnosis, spikes)
+    return Result(path, name, True, None, agreement, first, diagnosis, spikes, getattr(got, "note", None))
 
 
 def _one_line(error: BaseException) -> str:

@@ -23,9 +23,20 @@ convention                the reference run with
 ========================  ===================================================================
 
 and, tried after those alone and in pairs, :data:`COMPOSITES`: sets one simulator is
-known to follow together (sinabs' IF: several spikes a step, subtractive reset and a
-clamp at :math:`-v_{th}`; its LIF: exponential decay with :math:`\tau` in steps and
-several spikes a step, in float32).
+known to follow together, each written from that simulator's source:
+
+- sinabs' IF: several spikes a step, subtractive reset and a clamp at :math:`-v_{th}`;
+- sinabs' LIF: exponential decay with :math:`\tau` in steps and several spikes a step,
+  in float32;
+- spyx's neurons (:func:`_spyx_step`): decays :math:`1 - dt/\tau` clipped to [0, 1],
+  input added as it comes (``r``, ``w_in`` and :math:`dt/\tau` unused), ``v_leak``
+  ignored, a spike's subtraction applied at the next step, and each neuron's output one
+  step late, in float32;
+- rockpool's ``LIFTorch`` (:func:`_rockpool_step`): its own
+  :math:`dt = \min \tau_{mem}/(1 + r)` per node, exponential decay, input added as it
+  comes, ``v_leak`` added every step, several spikes a step where :math:`v \ge v_{th}`,
+  subtractive reset, and the top level's recurrent edges carrying nothing (nirtorch
+  2.0.2 runs a whole sequence in one call), in float32.
 """
 
 from __future__ import annotations
@@ -43,7 +54,17 @@ import torch
 from ..neurons import functional as F
 from ..neurons import modules as M
 
-__all__ = ["CONVENTIONS", "Convention", "output_names", "reference"]
+__all__ = [
+    "COMPOSITES",
+    "CONVENTIONS",
+    "ROCKPOOL",
+    "SINABS_IF",
+    "SINABS_LIF",
+    "SPYX",
+    "Convention",
+    "output_names",
+    "reference",
+]
 
 Outputs = dict[str, np.ndarray]
 """A run's outputs over time, ``[T, B, ...]`` float64, by Output node name."""
@@ -63,6 +84,10 @@ class Convention:
     clamp: bool = False  # the membrane kept at -v_th or above after the reset
     steps_decay: bool = False  # LIF: v <- exp(-1 / tau) v + x, tau in steps (r, v_leak, dt unused)
     float32: bool = False  # computed in float32, as the simulator computes (trunc(v / v_th) differs)
+    neuron: str | None = None  # a simulator's own neuron update, a key of NEURONS
+    neuron_lag: bool = False  # each neuron's output one step late, except around its own loop
+    drop_cycles: bool = False  # the top level's delayed (recurrent) edges carry nothing
+    loop_bias_dropped: bool = False  # an Affine on a loop (a recurrent weight) without its bias
 
 
 CONVENTIONS: tuple[Convention, ...] = (
@@ -91,26 +116,56 @@ def combined(a: Convention, b: Convention) -> Convention:
         clamp=a.clamp or b.clamp,
         steps_decay=a.steps_decay or b.steps_decay,
         float32=a.float32 or b.float32,
+        neuron=a.neuron or b.neuron,
+        neuron_lag=a.neuron_lag or b.neuron_lag,
+        drop_cycles=a.drop_cycles or b.drop_cycles,
+        loop_bias_dropped=a.loop_bias_dropped or b.loop_bias_dropped,
     )
 
 
-COMPOSITES: tuple[Convention, ...] = (
-    Convention(
-        "several spikes a step + subtractive reset + clamp at -v_th",
-        subtractive=True,
-        multispike=True,
-        clamp=True,
-    ),
-    Convention(
-        "exponential decay, tau in steps + several spikes a step + subtractive reset, in float32",
-        subtractive=True,
-        multispike=True,
-        steps_decay=True,
-        float32=True,
-    ),
+SINABS_IF = Convention(
+    "several spikes a step + subtractive reset + clamp at -v_th",
+    subtractive=True,
+    multispike=True,
+    clamp=True,
 )
-"""Sets of conventions one simulator is known to follow together (sinabs' IF and LIF),
-tried after the pairs."""
+"""sinabs 3.1's ``IAFSqueeze`` as its import builds it for a NIR IF."""
+
+SINABS_LIF = Convention(
+    "exponential decay, tau in steps + several spikes a step + subtractive reset, in float32",
+    subtractive=True,
+    multispike=True,
+    steps_decay=True,
+    float32=True,
+)
+"""sinabs 3.1's ``LIFSqueeze`` as its import builds it for a NIR LIF."""
+
+SPYX = Convention(
+    "decay 1 - dt/tau clipped to [0, 1] + input unscaled (r, w_in, dt/tau unused) + v_leak ignored"
+    " + subtractive reset a step late + each neuron one step late + recurrent bias dropped, in float32",
+    neuron="spyx",
+    neuron_lag=True,
+    loop_bias_dropped=True,
+    float32=True,
+)
+"""spyx 1.0's ``IF``, ``LIF``, ``CuBaLIF`` and their recurrent forms, as ``spyx.nir.from_nir``
+builds them."""
+
+ROCKPOOL = Convention(
+    "dt = min(tau_mem / (1 + r)) per node + exponential decay + input unscaled + v_leak as a bias"
+    " + several spikes a step (v >= v_th) + subtractive reset + top-level recurrent edges dropped"
+    " + recurrent bias dropped, in float32",
+    neuron="rockpool",
+    drop_cycles=True,
+    loop_bias_dropped=True,
+    float32=True,
+)
+"""rockpool 3.1's ``LIFTorch`` and ``ExpSynTorch``, as ``rockpool.nn.modules.from_nir``
+builds them for a CubaLIF and an LI, run through nirtorch 2.0.2."""
+
+COMPOSITES: tuple[Convention, ...] = (SINABS_IF, SINABS_LIF, SPYX, ROCKPOOL)
+"""Sets of conventions one simulator is known to follow together (sinabs' IF and LIF,
+spyx's neurons, rockpool's ``LIFTorch``), tried after the pairs."""
 
 
 def candidates() -> list[Convention]:
@@ -162,6 +217,99 @@ def _first_tau_over_r(graph: nir.NIRGraph) -> float | None:
     return None
 
 
+def _f32(value: Any) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(value).astype(np.float32))
+
+
+def _spyx_factors(node: nir.NIRNode, dt: float) -> dict[str, torch.Tensor]:
+    """What ``spyx.nir.from_nir`` loads: the threshold, and decays ``1 - dt / tau``
+    computed in the file's dtype, then held in float32 (JAX's default) and clipped to
+    [0, 1] at each call, as ``spyx.nn.LIF`` and ``CuBaLIF`` do."""
+    factors = {"threshold": _f32(node.v_threshold)}
+    if isinstance(node, nir.LIF):
+        factors["beta"] = _f32(1 - (dt / node.tau)).clamp(0, 1)
+    elif isinstance(node, nir.CubaLIF):
+        factors["alpha"] = _f32(1 - (dt / node.tau_syn)).clamp(0, 1)
+        factors["beta"] = _f32(1 - (dt / node.tau_mem)).clamp(0, 1)
+    return factors
+
+
+def _spyx_step(module: torch.nn.Module, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+    r"""One step of spyx 1.0's ``IF``, ``LIF`` and ``CuBaLIF`` (``spyx/nn.py``), with the
+    spike they emit one step late moved to :func:`_lagged`: the state ``v`` holds the
+    potential before its reset, :math:`s = v > v_{th}` is the spike of the step before,
+
+    .. math::
+        v \leftarrow v + x - s\,v_{th} \;(IF), \qquad
+        v \leftarrow \beta v + x - s\,v_{th} \;(LIF), \qquad
+        i \leftarrow \alpha i + x,\; v \leftarrow \beta (v - s\,v_{th}) + i \;(CuBaLIF),
+
+    and the output is :math:`v > v_{th}`; states start at 0."""
+    f = module.conformance_factors
+    threshold = f["threshold"]
+    v = state.v
+    fired = (v > threshold).to(v.dtype)
+    i = None
+    if isinstance(module, M.CubaLIF):
+        i = f["alpha"] * state.i + x
+        v = f["beta"] * (v - fired * threshold) + i
+    elif isinstance(module, M.LIF):
+        v = f["beta"] * v + x - fired * threshold
+    else:
+        v = v + x - fired * threshold
+    z = (v > threshold).to(v.dtype)
+    return z, (F.CubaLIState(i, v) if i is not None else F.IState(v))
+
+
+def _rockpool_factors(node: nir.NIRNode, dt: float) -> dict[str, torch.Tensor]:
+    r"""What ``rockpool.nn.modules.from_nir`` builds: its own time step
+    :math:`dt = \min \tau/(1 + r)` over the node (``dt`` is not used), decays
+    :math:`\exp(-dt/\tau)` in float32 as ``LIFTorch`` computes them, the threshold and
+    ``v_leak`` as a bias; an LI becomes an ``ExpSynTorch`` with :math:`\tau` cast to an
+    integer."""
+    if isinstance(node, nir.LI):
+        own = torch.min(torch.as_tensor(node.tau / (1 + node.r))).item()
+        return {"beta": torch.exp(-own / torch.as_tensor(node.tau).int())}
+    own = torch.min(torch.as_tensor(node.tau_mem / (1 + node.r))).item()
+    return {
+        "alpha": torch.exp(-own / _f32(node.tau_mem)),
+        "beta": torch.exp(-own / _f32(node.tau_syn)),
+        "threshold": _f32(node.v_threshold),
+        "bias": _f32(node.v_leak),
+    }
+
+
+def _rockpool_step(module: torch.nn.Module, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+    r"""One step of rockpool 3.1's ``LIFTorch`` (a CubaLIF) and ``ExpSynTorch`` (an LI):
+
+    .. math::
+        i \leftarrow \beta (i + x),\; v \leftarrow \alpha v + i + b,\;
+        n = \lfloor v / v_{th} \rfloor \text{ where } v \ge v_{th},\; v \leftarrow v - n\,v_{th}
+
+    with :math:`\alpha = e^{-dt/\tau_{mem}}`, :math:`\beta = e^{-dt/\tau_{syn}}`, output
+    :math:`n`; the LI: :math:`v \leftarrow \beta (v + x)`, output :math:`v`. States
+    start at 0."""
+    f = module.conformance_factors
+    if isinstance(module, M.LI):
+        v = (state.v + x) * f["beta"]
+        return v, F.IState(v)
+    i = (state.i + x) * f["beta"]
+    v = state.v * f["alpha"] + i + f["bias"]
+    n = (v >= f["threshold"]).to(v.dtype) * torch.floor(v / f["threshold"])
+    v = v - n * f["threshold"]
+    return n, F.CubaLIState(i, v)
+
+
+Factors = Callable[[nir.NIRNode, float], dict[str, torch.Tensor]]
+Step = Callable[[torch.nn.Module, torch.Tensor, Any], tuple[torch.Tensor, Any]]
+NEURONS: dict[str, tuple[tuple[type, ...], Factors, Step]] = {
+    "spyx": ((nir.IF, nir.LIF, nir.CubaLIF), _spyx_factors, _spyx_step),
+    "rockpool": ((nir.LI, nir.CubaLIF), _rockpool_factors, _rockpool_step),
+}
+"""A simulator's own neuron updates: the NIR types they stand for, what they load from
+a node, and one step."""
+
+
 class _Subtract:
     """A neuron module's forward with the reset :math:`v \\leftarrow v - v_{th}`, and the
     variants of :class:`Convention` (``convention`` is set on the class)."""
@@ -170,9 +318,15 @@ class _Subtract:
 
     def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         c = self.convention
+        if c.neuron is not None:
+            if state is None:
+                zero = torch.zeros_like(x)
+                cuba = isinstance(self, (M.CubaLIF, M.CubaLI))
+                state = F.CubaLIState(zero, zero) if cuba else F.IState(zero)
+            return NEURONS[c.neuron][2](self, x, state)
         if state is None:
             state = self.initial_state(x)
-            if c.steps_decay:
+            if c.steps_decay and not isinstance(state, F.CubaLIState):
                 state = F.IState(torch.zeros_like(state.v))
         if isinstance(self, M.CubaLIF):
             i, v = F._cuba(x, state, self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in, self.dt)
@@ -192,8 +346,12 @@ class _Subtract:
         return z, (F.CubaLIState(i, v) if i is not None else F.IState(v))
 
 
+_MODULES = {nir.IF: M.IF, nir.LIF: M.LIF, nir.CubaLIF: M.CubaLIF, nir.LI: M.LI}
+
+
 def _subtractive_map(convention: Convention) -> dict[type, Callable[..., torch.nn.Module]]:
-    def make(module_type: type) -> Callable[..., torch.nn.Module]:
+    def make(node_type: type) -> Callable[..., torch.nn.Module]:
+        module_type = _MODULES[node_type]
         variant = type(
             f"Subtractive{module_type.__name__}", (_Subtract, module_type), {"convention": convention}
         )
@@ -201,11 +359,86 @@ def _subtractive_map(convention: Convention) -> dict[type, Callable[..., torch.n
         def build(node: nir.NIRNode, dt: float) -> torch.nn.Module:
             module = module_type.from_nir(node, dt=dt)
             module.__class__ = variant
+            if convention.neuron is not None:
+                module.conformance_factors = NEURONS[convention.neuron][1](node, dt)
             return module
 
         return build
 
-    return {nir.IF: make(M.IF), nir.LIF: make(M.LIF), nir.CubaLIF: make(M.CubaLIF)}
+    types = NEURONS[convention.neuron][0] if convention.neuron else (nir.IF, nir.LIF, nir.CubaLIF)
+    return {t: make(t) for t in types}
+
+
+def _reaches(edges: list[tuple[str, str]], source: str, target: str) -> bool:
+    """Whether a path of one or more ``edges`` leads from ``source`` to ``target``."""
+    seen, todo = set(), [source]
+    while todo:
+        node = todo.pop()
+        for a, b in edges:
+            if a == node:
+                if b == target:
+                    return True
+                if b not in seen:
+                    seen.add(b)
+                    todo.append(b)
+    return False
+
+
+def _lagged(graph: nir.NIRGraph, dt: float) -> nir.NIRGraph:
+    """A copy of ``graph`` with a one-step Delay after each IF, LIF and CubaLIF on its
+    edges to nodes outside its own loop (spyx's neurons emit the spike of the state
+    they start the step with; around a loop, the loop's delayed edge is that step)."""
+    graph = copy.deepcopy(graph)
+
+    def visit(g: nir.NIRGraph) -> None:
+        for name, node in list(g.nodes.items()):
+            if isinstance(node, nir.NIRGraph):
+                visit(node)
+                continue
+            if not isinstance(node, (nir.IF, nir.LIF, nir.CubaLIF)):
+                continue
+            edges = [tuple(e) for e in g.edges]
+            late = [i for i, (a, b) in enumerate(edges) if a == name and not _reaches(edges, b, name)]
+            if not late:
+                continue
+            lag = f"{name}__one_step_late"
+            shape = np.asarray(node.v_threshold).shape
+            g.nodes[lag] = nir.Delay(delay=np.full(shape, dt, dtype=np.float64))
+            g.edges = [(lag, b) if i in late else (a, b) for i, (a, b) in enumerate(edges)]
+            g.edges.append((name, lag))
+
+    visit(graph)
+    return graph
+
+
+def _loop_bias_dropped(graph: nir.NIRGraph) -> nir.NIRGraph:
+    """A copy of ``graph`` whose Affine nodes on a loop (recurrent weights) have a zero
+    bias: spyx's recurrent neurons and rockpool's ``LIFTorch(has_rec=True)`` hold the
+    weight alone."""
+    graph = copy.deepcopy(graph)
+
+    def visit(g: nir.NIRGraph) -> None:
+        edges = [tuple(e) for e in g.edges]
+        for name, node in g.nodes.items():
+            if isinstance(node, nir.NIRGraph):
+                visit(node)
+            elif isinstance(node, nir.Affine) and _reaches(edges, name, name):
+                node.bias = np.zeros_like(node.bias)
+
+    visit(graph)
+    return graph
+
+
+def _without_cycles(graph: nir.NIRGraph) -> nir.NIRGraph:
+    """A copy of ``graph`` without the top level's delayed edges (:mod:`nirbridge.graph`)."""
+    from ..graph import evaluation_order
+
+    graph = copy.copy(graph)
+    edges = [tuple(e) for e in graph.edges]
+    roots = input_names(graph)
+    _, delayed, _ = evaluation_order(list(graph.nodes), edges, roots)
+    graph.edges = [e for i, e in enumerate(edges) if i not in delayed]
+    return graph
 
 
 def output_names(graph: nir.NIRGraph) -> list[str]:
@@ -235,7 +468,13 @@ def reference(
         if found is None:
             raise ValueError("no neuron has both a time constant and r")
         step = found
-    node_map = _subtractive_map(convention) if convention.subtractive else None
+    if convention.neuron_lag:
+        graph = _lagged(graph, step)
+    if convention.drop_cycles:
+        graph = _without_cycles(graph)
+    if convention.loop_bias_dropped:
+        graph = _loop_bias_dropped(graph)
+    node_map = _subtractive_map(convention) if convention.subtractive or convention.neuron else None
     # a file is measured as its equations say, time constants below 0 included
     dtype = torch.float32 if convention.float32 else torch.float64
     gm = nir_to_torch(graph, node_map, dt=step, dtype=dtype, allow_negative_tau=True)

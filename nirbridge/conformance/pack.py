@@ -135,6 +135,25 @@ def cuba_lif(rng: np.random.Generator) -> nir.NIRGraph:
     )
 
 
+def cuba_lif_r_and_dt(rng: np.random.Generator) -> nir.NIRGraph:
+    n = 4
+    return _chain(
+        "cuba_lif_r_and_dt",
+        _affine(rng, n, 3, 0.7),
+        nir.CubaLIF(
+            tau_syn=np.full(n, 4e-3),
+            tau_mem=np.full(n, 1e-2),
+            r=np.full(n, 2.0),
+            v_leak=np.zeros(n),
+            v_threshold=np.ones(n),
+            v_reset=np.zeros(n),
+            w_in=np.full(n, 3.0),
+        ),
+        dt=1e-3,
+        what="CubaLIF with r = 2 and w_in = 3 at dt = 1e-3: ignoring r or w_in, or another dt, differ",
+    )
+
+
 def cuba_li(rng: np.random.Generator) -> nir.NIRGraph:
     n = 3
     return _chain(
@@ -272,6 +291,7 @@ GRAPHS: dict[str, Callable[[np.random.Generator], nir.NIRGraph]] = {
         li_voltage,
         integrator,
         cuba_lif,
+        cuba_lif_r_and_dt,
         cuba_li,
         delay,
         scale_threshold,

@@ -17,7 +17,8 @@ never nirbridge. Inputs and outputs cross as NIR data files (``NIRGraphData``, t
 graph, each with a ``TimeGriddedData`` observable ``"output"``, ``data`` of shape
 ``(batch, steps, neurons)`` and ``dt`` the time step in seconds.
 
-The graph is read with ``nir.read`` (without its type check where only that fails) and
+The graph is read with ``nir.read`` (without its type check where only that fails, and
+without the fields the installed nir does not define, which a last line on stderr names) and
 imported as the simulator's users import it, then run over the whole sequence from a
 fresh state. Exit status: 0 with the outputs written; 3 when the import fails, 4 when
 the run fails, with one line on stderr saying why.
@@ -46,14 +47,44 @@ class _Failure(Exception):
         self.status = status
 
 
-def _read_graph(path: str) -> nir.NIRGraph:
+def _read_graph(path: str) -> tuple[nir.NIRGraph, list[str]]:
+    """The graph, and the fields it was read without: a file a newer nir wrote can hold
+    fields the installed nir does not define (nir 1.0.4, which sinabs and rockpool need,
+    has no ``v_reset``); those are left out, and the report says so."""
     try:
-        return nir.read(path)
+        return nir.read(path), []
+    except TypeError as unknown:
+        if "unexpected keyword argument" not in str(unknown):
+            raise
+        return _read_known_fields(path)
     except ValueError as strict:
         try:
-            return nir.read(path, type_check=False)
+            return nir.read(path, type_check=False), []
         except Exception:  # noqa: BLE001 - the strict reader's complaint is the one to show
             raise strict from None
+
+
+def _read_known_fields(path: str) -> tuple[nir.NIRGraph, list[str]]:
+    import dataclasses
+
+    from nir.serialization import hdf2dict
+
+    dropped: list[str] = []
+
+    def strip(node: dict, where: str) -> None:
+        kind = nir.str2NIRNode(node["type"]) if hasattr(nir, "str2NIRNode") else getattr(nir, node["type"])
+        if dataclasses.is_dataclass(kind):
+            known = {f.name for f in dataclasses.fields(kind)} | {"type", "shape"}  # Input's, Output's
+            for key in [k for k in node if k not in known]:
+                del node[key]
+                dropped.append(f"{key} of {where or 'the graph'!r}")
+        for name, child in (node.get("nodes") or {}).items():
+            strip(child, f"{where}.{name}" if where else name)
+
+    with h5py.File(path, "r") as file:
+        data = hdf2dict(file["node"])
+    strip(data, "")
+    return nir.dict2NIRNode(data), dropped
 
 
 def _shape(node: nir.Input) -> tuple[int, ...]:
@@ -120,14 +151,55 @@ def run_spyx(graph: nir.NIRGraph, inputs: dict[str, np.ndarray], dt: float) -> d
     x, output = _one_input(graph, inputs)
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # it prints what it finds
+            wanted = _spyx_nodes(graph)
             model, _ = spyx.nir.from_nir(graph, jnp.zeros((1, 1, *x.shape[2:]), jnp.float32), dt=dt)
     except Exception as error:
         raise _Failure(LOAD_FAILED, error) from error
+    if len(model.layers) < len(wanted):
+        unknown = [f"{type(v).__name__} {k!r}" for k, v in wanted if not _spyx_builds(v)]
+        raise _Failure(
+            LOAD_FAILED,
+            ValueError(
+                f"spyx's import builds nothing for {', '.join(unknown)}"
+                if unknown
+                else f"spyx's import builds {len(model.layers)} modules for {len(wanted)} nodes: "
+                "it follows the edges from a node named 'input' and leaves the rest out"
+            ),
+        )
     try:
         out = spyx.nn.run(model, jnp.asarray(x, dtype=jnp.float32))[0]
     except Exception as error:
         raise _Failure(RUN_FAILED, error) from error
     return {output: np.asarray(out, dtype=np.float64)}
+
+
+def _spyx_nodes(graph: nir.NIRGraph) -> list[tuple[str, nir.NIRNode]]:
+    """The nodes spyx should build a module for: all but Input and Output, once its
+    import has folded each LIF/CubaLIF ⇄ Affine loop into one node, and with each
+    Threshold after an LI left to that LI (one ``PSU_LIF``)."""
+    import copy
+
+    import spyx
+
+    folded = spyx.nir._replace_rnn_subgraph_with_nirgraph(copy.deepcopy(graph))
+    after_li = {b for a, b in folded.edges if isinstance(folded.nodes.get(a), nir.LI)}
+    return [
+        (k, v)
+        for k, v in folded.nodes.items()
+        if not isinstance(v, (nir.Input, nir.Output)) and not (isinstance(v, nir.Threshold) and k in after_li)
+    ]
+
+
+def _spyx_builds(node: nir.NIRNode) -> bool:
+    import spyx
+    from flax import nnx
+
+    if isinstance(node, nir.LI):
+        return True
+    try:
+        return spyx.nir._nir_node_to_spyx_module(node, nnx.Rngs(0)) is not None
+    except Exception:  # noqa: BLE001 - a node it refuses is a node it does not build
+        return False
 
 
 def _dropped(graph: nir.NIRGraph, executor: object) -> list[str]:
@@ -244,11 +316,13 @@ def main(argv: list[str]) -> int:
     simulator, graph_path, inputs_path, outputs_path = argv
     try:
         try:
-            graph = _read_graph(graph_path)
+            graph, dropped = _read_graph(graph_path)
         except Exception as error:
             raise _Failure(LOAD_FAILED, error) from error
         inputs, dt = read_inputs(inputs_path, graph)
         write_outputs(outputs_path, _simulator(simulator)(graph, inputs, dt), dt)
+        if dropped:
+            print(f"read with nir {nir.__version__}, without {', '.join(dropped)}", file=sys.stderr)
     except _Failure as failure:
         print(failure, file=sys.stderr)
         return failure.status

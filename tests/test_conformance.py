@@ -26,18 +26,24 @@ def sixty_fourths(weights: np.ndarray) -> np.ndarray:
     return np.round(weights * 64) / 64
 
 
-def separating_graph(path, r: float) -> str:
+def separating_graph(path, r: float, v_reset: float = 0.0, on_threshold: bool = False) -> str:
     """Affine 3 -> 4 -> LIF with r != 1 and dt = 1e-3 (not 1e-4): ignoring r and assuming
-    dt = 1e-4 give different spikes, and both differ from the equations."""
+    dt = 1e-4 give different spikes, and both differ from the equations. With
+    ``on_threshold``, tau = dt and weights of 1/4 and 1/2: the membrane is r W x each
+    step, and often exactly the threshold."""
     rng = np.random.default_rng(0)
+    if on_threshold:
+        weight, tau = rng.choice([0.25, 0.5], (4, 3)), DT
+    else:
+        weight, tau = sixty_fourths(rng.normal(1.0, 0.5, (4, 3))), 5e-3
     graph = nir.NIRGraph.from_list(
-        nir.Affine(sixty_fourths(rng.normal(1.0, 0.5, (4, 3))), np.zeros(4)),
+        nir.Affine(weight, np.zeros(4)),
         nir.LIF(
-            tau=np.full(4, 5e-3),
+            tau=np.full(4, tau),
             r=np.full(4, r),
             v_leak=np.zeros(4),
             v_threshold=np.ones(4),
-            v_reset=np.zeros(4),
+            v_reset=np.full(4, v_reset),
         ),
     )
     graph.metadata = {"dt": DT}
@@ -78,6 +84,8 @@ def lif_numpy(
     lag=0,
     several=False,
     clamp=False,
+    ignore_v_reset=False,
+    at_threshold=False,
 ):
     """The separating graph's equations in numpy, written out again (DESIGN.md's LIF):
     v += dt/tau (v_leak - v + r W x); spike where v > v_th; then reset."""
@@ -90,9 +98,12 @@ def lif_numpy(
         v = v + dt / lif.tau * (lif.v_leak - v + r * (x[t] @ affine.weight.T + affine.bias))
         if several:  # as many spikes as thresholds the membrane holds (where it is above 0)
             z = (v > 0) * np.trunc(v / lif.v_threshold)
+        elif at_threshold:
+            z = (v >= lif.v_threshold).astype(np.float64)
         else:
             z = (v > lif.v_threshold).astype(np.float64)
-        v = v - z * lif.v_threshold if subtract else np.where(z > 0, lif.v_reset, v)
+        v_reset = 0.0 if ignore_v_reset else lif.v_reset
+        v = v - z * lif.v_threshold if subtract else np.where(z > 0, v_reset, v)
         if clamp:
             v = np.maximum(v, -lif.v_threshold)
         out[t] = z
@@ -145,8 +156,28 @@ def rockpool_numpy(graph: nir.NIRGraph, x: np.ndarray) -> np.ndarray:
     return out
 
 
+def norse_cuba_numpy(graph: nir.NIRGraph, x: np.ndarray, dt: float) -> np.ndarray:
+    """norse 1.1's own import of a CubaLIF (norse/torch/utils/import_nir.py) after an
+    Affine, in numpy: a LIBoxCell synapse given v_leak, i += dt/tau_syn (v_leak - i + w_in x)
+    from i = v_leak, then a LIFBoxCell v += dt/tau_mem (v_leak - v + r i) from v = v_leak,
+    reset to 0 (its default v_reset)."""
+    affine = next(n for n in graph.nodes.values() if isinstance(n, nir.Affine))
+    cuba = next(n for n in graph.nodes.values() if isinstance(n, nir.CubaLIF))
+    i = np.broadcast_to(cuba.v_leak, (x.shape[1], cuba.tau_mem.size)).astype(np.float64).copy()
+    v = i.copy()
+    out = np.zeros((x.shape[0], x.shape[1], cuba.tau_mem.size))
+    for t in range(x.shape[0]):
+        i = i + dt / cuba.tau_syn * (cuba.v_leak - i + cuba.w_in * (x[t] @ affine.weight.T + affine.bias))
+        v = v + dt / cuba.tau_mem * (cuba.v_leak - v + cuba.r * i)
+        z = (v > cuba.v_threshold).astype(np.float64)
+        v = np.where(z > 0, 0.0, v)
+        out[t] = z
+    return out
+
+
 def cuba_separating_graph(path) -> str:
-    """Affine 3 -> 4 -> CubaLIF with r = 2, w_in = 3 and v_leak != 0 at dt = 1e-3."""
+    """Affine 3 -> 4 -> CubaLIF with r = 2, w_in = 3, v_leak != 0 and v_reset != 0 at
+    dt = 1e-3."""
     rng = np.random.default_rng(1)
     n = 4
     graph = nir.NIRGraph.from_list(
@@ -157,7 +188,7 @@ def cuba_separating_graph(path) -> str:
             r=np.full(n, 2.0),
             v_leak=np.full(n, 0.125),
             v_threshold=np.ones(n),
-            v_reset=np.zeros(n),
+            v_reset=np.full(n, -0.25),
             w_in=np.full(n, 3.0),
         ),
     )
@@ -171,14 +202,16 @@ def cuba_separating_graph(path) -> str:
     [
         (lambda p: separating_graph(p, 2.0), lambda g, x, dt: spyx_numpy(g, x, dt), "SPYX"),
         (cuba_separating_graph, lambda g, x, dt: rockpool_numpy(g, x), "ROCKPOOL"),
+        (cuba_separating_graph, norse_cuba_numpy, "NORSE_CUBA"),
     ],
-    ids=["spyx", "rockpool"],
+    ids=["spyx", "rockpool", "norse CubaLIF"],
 )
 def test_a_simulator_s_own_neurons_explain_it_when_it_follows_them(
     make, run, diagnosis, tmp_path, monkeypatch
 ):
-    """spyx's and rockpool's neurons, written again in numpy from their source, are
-    diagnosed as the composite convention named for them, and as nothing simpler."""
+    """spyx's and rockpool's neurons and norse's CubaLIF, written again in numpy from
+    their source, are diagnosed as the composite convention named for them, and as
+    nothing simpler."""
     from nirbridge.conformance import conventions
 
     path = make(tmp_path / "g.nir")
@@ -201,16 +234,19 @@ def test_a_simulator_s_own_neurons_explain_it_when_it_follows_them(
         ({"dt": 1.0}, "dt=1"),
         ({"ignore_r": True, "lag": 1}, "r ignored + one-step lag"),
         (
-            {"several": True, "subtract": True, "clamp": True},
-            "several spikes a step + subtractive reset + clamp at -v_th",
+            {"several": True, "subtract": True, "clamp": True, "dt": 1.0},
+            "dt=1 + several spikes a step + subtractive reset + clamp at -v_th",
         ),
+        ({"ignore_v_reset": True, "v_reset": 0.25}, "v_reset ignored"),
+        ({"at_threshold": True, "on_threshold": True}, "spikes at v = v_th"),
         ({}, None),
     ],
 )
 def test_each_convention_explains_a_simulator_that_follows_it(options, diagnosis, tmp_path, monkeypatch):
-    path = separating_graph(tmp_path / "g.nir", 2.0)
     options = dict(options)
     step = options.pop("dt", None)
+    graph = {k: options.pop(k) for k in ("v_reset", "on_threshold") if k in options}
+    path = separating_graph(tmp_path / "g.nir", 2.0, **graph)
 
     def run(file, inputs, dt):
         graph = nir.read(file)
@@ -347,14 +383,29 @@ def test_each_pack_reference_is_the_equations_in_an_independent_numpy_run(name):
 
 
 def test_the_pack_tells_each_peer_s_conventions_apart():
-    """On the pack's fixed inputs: norse's import ignores r and snntorch's assumes
-    dt = 1e-4 on the r/dt graph; nirbridge's adapters agree on every graph."""
+    """On the pack's fixed inputs: norse's import ignores r, and v_reset, and lets a
+    CubaLIF's synaptic current relax to v_leak; it builds nothing for an I, LI, CubaLI
+    or Delay. snntorch's assumes dt = 1e-4 on the r/dt graph; spikingjelly's spikes on
+    the threshold. Every divergence is explained; nirbridge's adapters agree on every
+    graph."""
+    from nirbridge.conformance.conventions import NORSE_CUBA
+
     report = conformance(
-        [], ["norse", "snntorch", "nirbridge+norse", "nirbridge+spikingjelly"], with_pack=True
+        [],
+        ["norse", "snntorch", "spikingjelly", "nirbridge+norse", "nirbridge+spikingjelly"],
+        with_pack=True,
     )
     got = rows(report)
     assert got["lif_r_and_dt.nir", "norse"].diagnosis == "r ignored"
     assert got["lif_r_and_dt.nir", "snntorch"].diagnosis == "dt=1e-4"
+    for file in ("lif_per_neuron.nir", "recurrent.nir", "nested.nir"):
+        assert got[file, "norse"].diagnosis == "r ignored + v_reset ignored", file
+    assert got["cuba_lif.nir", "norse"].diagnosis == NORSE_CUBA.name
+    assert got["cuba_lif_r_and_dt.nir", "norse"].agreement == 1.0
+    assert got["if_on_threshold.nir", "spikingjelly"].diagnosis == "spikes at v = v_th"
+    for file, node in (("integrator.nir", "I 'i2'"), ("delay.nir", "Delay 'delay2'")):
+        assert f"its import builds nothing for {node}" in got[file, "norse"].error
+    assert all(r.diagnosis != "unexplained" for r in got.values())
     for (file, simulator), result in got.items():
         if simulator.startswith("nirbridge"):
             assert result.loads and result.agreement == 1.0, (file, simulator, result.error)
@@ -419,10 +470,14 @@ def test_a_peer_that_is_not_installed_or_crashes_is_a_row(tmp_path):
     assert not result.loads and "crashed (exit status 9): something broke" in result.error
 
 
-def test_sinabs_runs_the_nir_paper_s_cnn_as_its_if_neurons_say():
-    """At the time step its exporter meant (1), sinabs' IF spikes several times a step,
-    subtracts the threshold and keeps the membrane at -threshold or above."""
+@pytest.mark.parametrize("dt", [1.0, 1e-4])
+def test_sinabs_runs_the_nir_paper_s_cnn_as_its_if_neurons_say(dt):
+    """sinabs' IF takes no time step (dt = 1, the one its exporter meant), spikes
+    several times a step, subtracts the threshold and keeps the membrane at -threshold
+    or above. At dt = 1e-4 the equations never spike, and the same explains it."""
+    from nirbridge.conformance.conventions import SINABS_IF
+
     path = EXAMPLES / "NIR__paper__02_cnn__cnn_sinabs.nir"
-    result = rows(conformance([path], ["sinabs"], dt=1.0, steps=30, python=PEER_PYTHONS))[path.name, "sinabs"]
-    assert 0 < result.agreement < 1 and result.reference_spikes > 0
-    assert result.diagnosis == "several spikes a step + subtractive reset + clamp at -v_th"
+    result = rows(conformance([path], ["sinabs"], dt=dt, steps=30, python=PEER_PYTHONS))[path.name, "sinabs"]
+    assert 0 < result.agreement < 1 and (result.reference_spikes > 0) == (dt == 1.0)
+    assert result.diagnosis == SINABS_IF.name

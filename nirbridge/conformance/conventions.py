@@ -15,8 +15,10 @@ convention                the reference run with
 ``r ignored``             every neuron's ``r`` taken as 1
 ``w_in ignored``          every CubaLI(F)'s ``w_in`` taken as 1
 ``v_leak ignored``        every neuron's ``v_leak`` taken as 0
+``v_reset ignored``       every neuron's ``v_reset`` taken as 0 (norse's import)
 ``subtractive reset``     :math:`v \leftarrow v - v_{th}` at a spike instead of
                           :math:`v \leftarrow v_{reset}`
+``spikes at v = v_th``    a spike where :math:`v \ge v_{th}` (spikingjelly), not only above
 ``one-step lag``          every output one step later (zeros at step 0)
 ``dt from r``             the time step taken as :math:`\tau / r` of the first neuron
                           (rockpool)
@@ -25,13 +27,16 @@ convention                the reference run with
 and, tried after those alone and in pairs, :data:`COMPOSITES`: sets one simulator is
 known to follow together, each written from that simulator's source:
 
-- sinabs' IF: several spikes a step, subtractive reset and a clamp at :math:`-v_{th}`;
+- sinabs' IF: no time step (dt = 1), several spikes a step, subtractive reset and a
+  clamp at :math:`-v_{th}`;
 - sinabs' LIF: exponential decay with :math:`\tau` in steps and several spikes a step,
   in float32;
 - spyx's neurons (:func:`_spyx_step`): decays :math:`1 - dt/\tau` clipped to [0, 1],
   input added as it comes (``r``, ``w_in`` and :math:`dt/\tau` unused), ``v_leak``
   ignored, a spike's subtraction applied at the next step, and each neuron's output one
   step late, in float32;
+- norse's CubaLIF: ``v_reset`` ignored, and a synaptic current that starts at
+  ``v_leak`` and relaxes to it;
 - rockpool's ``LIFTorch`` (:func:`_rockpool_step`): its own
   :math:`dt = \min \tau_{mem}/(1 + r)` per node, exponential decay, input added as it
   comes, ``v_leak`` added every step, several spikes a step where :math:`v \ge v_{th}`,
@@ -59,6 +64,7 @@ __all__ = [
     "CONVENTIONS",
     "ROCKPOOL",
     "SINABS_IF",
+    "NORSE_CUBA",
     "SINABS_LIF",
     "SPYX",
     "Convention",
@@ -76,7 +82,7 @@ class Convention:
 
     name: str
     fixed_dt: float | None = None  # the time step taken as this, whatever the file's
-    ignore: tuple[str, ...] = ()  # neuron fields taken as neutral: "r" and "w_in" as 1, "v_leak" as 0
+    ignore: tuple[str, ...] = ()  # neuron fields taken as neutral: r, w_in as 1; v_leak, v_reset as 0
     subtractive: bool = False
     lag: int = 0
     dt_from_r: bool = False
@@ -84,6 +90,8 @@ class Convention:
     clamp: bool = False  # the membrane kept at -v_th or above after the reset
     steps_decay: bool = False  # LIF: v <- exp(-1 / tau) v + x, tau in steps (r, v_leak, dt unused)
     float32: bool = False  # computed in float32, as the simulator computes (trunc(v / v_th) differs)
+    at_threshold: bool = False  # a spike where v >= v_th (the equations: v > v_th)
+    current_leak: bool = False  # CubaLIF: i <- i + dt/tau_syn (v_leak - i + w_in x), from i = v_leak
     neuron: str | None = None  # a simulator's own neuron update, a key of NEURONS
     neuron_lag: bool = False  # each neuron's output one step late, except around its own loop
     drop_cycles: bool = False  # the top level's delayed (recurrent) edges carry nothing
@@ -96,7 +104,9 @@ CONVENTIONS: tuple[Convention, ...] = (
     Convention("r ignored", ignore=("r",)),
     Convention("w_in ignored", ignore=("w_in",)),
     Convention("v_leak ignored", ignore=("v_leak",)),
+    Convention("v_reset ignored", ignore=("v_reset",)),
     Convention("subtractive reset", subtractive=True),
+    Convention("spikes at v = v_th", at_threshold=True),
     Convention("one-step lag", lag=1),
     Convention("dt from r", dt_from_r=True),
 )
@@ -116,6 +126,8 @@ def combined(a: Convention, b: Convention) -> Convention:
         clamp=a.clamp or b.clamp,
         steps_decay=a.steps_decay or b.steps_decay,
         float32=a.float32 or b.float32,
+        at_threshold=a.at_threshold or b.at_threshold,
+        current_leak=a.current_leak or b.current_leak,
         neuron=a.neuron or b.neuron,
         neuron_lag=a.neuron_lag or b.neuron_lag,
         drop_cycles=a.drop_cycles or b.drop_cycles,
@@ -124,7 +136,8 @@ def combined(a: Convention, b: Convention) -> Convention:
 
 
 SINABS_IF = Convention(
-    "several spikes a step + subtractive reset + clamp at -v_th",
+    "dt=1 + several spikes a step + subtractive reset + clamp at -v_th",
+    fixed_dt=1.0,
     subtractive=True,
     multispike=True,
     clamp=True,
@@ -163,7 +176,16 @@ ROCKPOOL = Convention(
 """rockpool 3.1's ``LIFTorch`` and ``ExpSynTorch``, as ``rockpool.nn.modules.from_nir``
 builds them for a CubaLIF and an LI, run through nirtorch 2.0.2."""
 
-COMPOSITES: tuple[Convention, ...] = (SINABS_IF, SINABS_LIF, SPYX, ROCKPOOL)
+NORSE_CUBA = Convention(
+    "v_reset ignored + synaptic current relaxing to v_leak, from v_leak",
+    ignore=("v_reset",),
+    current_leak=True,
+)
+"""norse 1.1's own import of a CubaLIF: a ``LIBoxCell`` synapse given the node's
+``v_leak`` (its state starts there and relaxes to it), then a ``LIFBoxCell`` without
+``v_reset`` (norse's default, 0)."""
+
+COMPOSITES: tuple[Convention, ...] = (SINABS_IF, SINABS_LIF, SPYX, ROCKPOOL, NORSE_CUBA)
 """Sets of conventions one simulator is known to follow together (sinabs' IF and LIF,
 spyx's neurons, rockpool's ``LIFTorch``), tried after the pairs."""
 
@@ -178,7 +200,7 @@ def candidates() -> list[Convention]:
     return [*CONVENTIONS, *pairs, *COMPOSITES]
 
 
-_NEUTRAL = {"r": 1.0, "w_in": 1.0, "v_leak": 0.0}
+_NEUTRAL = {"r": 1.0, "w_in": 1.0, "v_leak": 0.0, "v_reset": 0.0}
 
 
 def _rewritten(graph: nir.NIRGraph, ignore: tuple[str, ...]) -> nir.NIRGraph:
@@ -310,9 +332,10 @@ NEURONS: dict[str, tuple[tuple[type, ...], Factors, Step]] = {
 a node, and one step."""
 
 
-class _Subtract:
-    """A neuron module's forward with the reset :math:`v \\leftarrow v - v_{th}`, and the
-    variants of :class:`Convention` (``convention`` is set on the class)."""
+class _Variant:
+    """A neuron module's forward under the neuron conventions of :class:`Convention`
+    (``convention`` is set on the class): the reset, the spike condition, and the
+    simulators' own updates."""
 
     convention: Convention
 
@@ -328,7 +351,12 @@ class _Subtract:
             state = self.initial_state(x)
             if c.steps_decay and not isinstance(state, F.CubaLIState):
                 state = F.IState(torch.zeros_like(state.v))
-        if isinstance(self, M.CubaLIF):
+            if c.current_leak and isinstance(state, F.CubaLIState):
+                state = F.CubaLIState(torch.zeros_like(state.i) + self.v_leak, state.v)
+        if isinstance(self, M.CubaLIF) and c.current_leak:
+            i = state.i + (self.dt / self.tau_syn) * (self.v_leak - state.i + self.w_in * x)
+            v = state.v + (self.dt / self.tau_mem) * (self.v_leak - state.v + self.r * i)
+        elif isinstance(self, M.CubaLIF):
             i, v = F._cuba(x, state, self.tau_syn, self.tau_mem, self.r, self.v_leak, self.w_in, self.dt)
         elif isinstance(self, M.LIF) and c.steps_decay:
             i, v = None, torch.exp(-1.0 / self.tau) * state.v + x
@@ -338,9 +366,14 @@ class _Subtract:
             i, v = None, state.v + self.dt * self.r * x
         if c.multispike:
             z = (v > 0).to(v.dtype) * torch.div(v, self.v_threshold, rounding_mode="trunc")
+        elif c.at_threshold:
+            z = (v >= self.v_threshold).to(v.dtype)
         else:
             z = (v > self.v_threshold).to(v.dtype)
-        v = v - z * self.v_threshold
+        if c.subtractive:
+            v = v - z * self.v_threshold
+        else:
+            v = torch.where(z > 0, self.v_reset, v)
         if c.clamp:
             v = torch.maximum(v, -self.v_threshold)
         return z, (F.CubaLIState(i, v) if i is not None else F.IState(v))
@@ -349,12 +382,10 @@ class _Subtract:
 _MODULES = {nir.IF: M.IF, nir.LIF: M.LIF, nir.CubaLIF: M.CubaLIF, nir.LI: M.LI}
 
 
-def _subtractive_map(convention: Convention) -> dict[type, Callable[..., torch.nn.Module]]:
+def _variant_map(convention: Convention) -> dict[type, Callable[..., torch.nn.Module]]:
     def make(node_type: type) -> Callable[..., torch.nn.Module]:
         module_type = _MODULES[node_type]
-        variant = type(
-            f"Subtractive{module_type.__name__}", (_Subtract, module_type), {"convention": convention}
-        )
+        variant = type(f"Variant{module_type.__name__}", (_Variant, module_type), {"convention": convention})
 
         def build(node: nir.NIRNode, dt: float) -> torch.nn.Module:
             module = module_type.from_nir(node, dt=dt)
@@ -474,7 +505,9 @@ def reference(
         graph = _without_cycles(graph)
     if convention.loop_bias_dropped:
         graph = _loop_bias_dropped(graph)
-    node_map = _subtractive_map(convention) if convention.subtractive or convention.neuron else None
+    c = convention
+    variant = c.subtractive or c.multispike or c.clamp or c.steps_decay or c.at_threshold or c.current_leak
+    node_map = _variant_map(convention) if variant or c.neuron is not None else None
     # a file is measured as its equations say, time constants below 0 included
     dtype = torch.float32 if convention.float32 else torch.float64
     gm = nir_to_torch(graph, node_map, dt=step, dtype=dtype, allow_negative_tau=True)

@@ -134,8 +134,8 @@ def _one_input(graph: nir.NIRGraph, inputs: dict[str, np.ndarray]) -> tuple[np.n
         raise _Failure(
             LOAD_FAILED,
             ValueError(
-                f"not measured: the runner steps one Input and one Output node, and this graph has "
-                f"{len(inputs)} and {len(outputs)}"
+                f"not measured: this graph has {len(inputs)} Input and {len(outputs)} Output nodes, and the "
+                "simulators' own imports take one input tensor and give one output"
             ),
         )
     return next(iter(inputs.values())), outputs[0]
@@ -281,8 +281,12 @@ def run_torch_loader(spec: str) -> Run:
         module_name, _, function = spec.partition(":")
         try:
             module, dtype = getattr(importlib.import_module(module_name), function)(graph, dt)
+            executor = hasattr(getattr(module, "graph", None), "node_list")  # nirtorch's GraphExecutor
+            dropped = _dropped(graph, module) if executor else []
         except Exception as error:
             raise _Failure(LOAD_FAILED, error) from error
+        if dropped:
+            raise _Failure(LOAD_FAILED, ValueError(f"its import builds nothing for {', '.join(dropped)}"))
         xs = torch.as_tensor(x, dtype=dtype)
         outs, state = [], None
         try:

@@ -99,6 +99,8 @@ def write_html(report: Report, path: str | os.PathLike[str]) -> None:
             if r.diagnosis:
                 verdict += f"; diagnosis: {r.diagnosis}"
             colour = "#b7e1cd" if r.agreement == 1.0 else "#fce8b2"
+        if r.note:
+            verdict += f" [{r.note}]"
         rows.append(
             f"<tr><td>{html.escape(os.path.basename(r.file))}</td><td>{html.escape(r.simulator)}</td>"
             f'<td style="background:{colour}">{html.escape(verdict)}</td></tr>'

@@ -17,7 +17,9 @@
 # The set-up prints which torch it found; nothing checks for one build.
 # norse and spikingjelly go in with --no-deps because they declare torchvision, which
 # would pull a second, CUDA build of torch (spikingjelly's one other import, loguru, is
-# named); elasticai.creator 0.66.0 goes in with --no-deps as well (it declares hardware
+# named); neurobench 2.3.0, which tests/test_metrics.py measures nirbridge's metrics
+# against, too (it declares torchaudio and tonic, which its metrics and Benchmark do
+# not import); elasticai.creator 0.66.0 goes in with --no-deps as well (it declares hardware
 # simulation packages the IR does not use), after tomlkit and pyserial, which it does
 # use (click is already a nirbridge dependency): installed last, --no-deps packages
 # leave pip nothing to report about their undeclared dependencies.
@@ -94,7 +96,7 @@ $(DEMO_STAMP): $(TORCH_STAMP) pyproject.toml Makefile
 # everything the tests use, on top: the simulators, Triton, nirtorch, the docs' tools
 $(STAMP): $(DEMO_STAMP)
 	$(PIP) install -q -e ".[dev,snntorch,spikingjelly]" tomlkit pyserial
-	$(PIP) install -q --no-deps norse==1.1.0
+	$(PIP) install -q --no-deps norse==1.1.0 neurobench==2.3.0
 	@if $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then \
 		set -ex; \
 		$(PIP) install -q --no-deps spikingjelly==2.0.0; \
@@ -103,7 +105,7 @@ $(STAMP): $(DEMO_STAMP)
 	else \
 		echo "Python 3.10: spikingjelly 2.0.0 and elasticai.creator 0.66.0 need 3.11, left out"; \
 	fi
-	$(PY) -c "import torch, nir, norse, snntorch, nirtorch"
+	$(PY) -c "import torch, nir, norse, snntorch, nirtorch, neurobench.benchmarks"
 	touch $(STAMP)
 
 # elasticai.creator 0.68 beside Python >= 3.12 (see the top)

@@ -24,6 +24,7 @@ from .errors import GraphStructureError as GraphStructureError
 from .errors import InputError as InputError
 from .errors import LossyConversionWarning as LossyConversionWarning
 from .errors import MemoryLimitError as MemoryLimitError
+from .errors import MetricsError as MetricsError
 from .errors import MissingNodeError as MissingNodeError
 from .errors import MissingShapeError as MissingShapeError
 from .errors import NirBridgeError as NirBridgeError
@@ -67,6 +68,7 @@ __all__ = [
     "InputError",
     "LossyConversionWarning",
     "MemoryLimitError",
+    "MetricsError",
     "MissingNodeError",
     "MissingShapeError",
     "NirBridgeError",

@@ -800,6 +800,19 @@ def convert(source: str, target: str, compression: str, input_shape: str | None,
     is_flag=True,
     help="Load time constants below 0 as they are (trained files sometimes hold them).",
 )
+@click.option(
+    "--metrics",
+    "show_metrics",
+    is_flag=True,
+    help="Print NeuroBench's metrics of the run (synaptic operations, sparsity, ...), per sample.",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Write the metrics as JSON, under NeuroBench's keys ('-': print only the JSON).",
+)
 @_one_line_errors("run")
 def run_command(
     file: str,
@@ -816,17 +829,21 @@ def run_command(
     compiled: bool,
     precision: str,
     allow_negative_tau: bool,
+    show_metrics: bool,
+    json_out: str | None,
 ) -> None:
     """Run FILE on input spikes and print what each node did.
 
     Without --input the input is random spikes (each input spikes with probability
     --rate per step). Spiking nodes are summarised by spike counts and rates, others by
-    their range.
+    their range. --metrics adds NeuroBench's metrics (see docs/metrics.md), --json
+    writes them for scripts.
 
     \b
     Example:
       nirbridge run braille.nir --steps 256 --dt 1e-4 --rate 0.2 \\
           --record lif1.lif --out record.h5 --plot raster.png
+      nirbridge run braille.nir --steps 256 --batch 8 --metrics --json metrics.json
     """
     import torch
 
@@ -834,11 +851,19 @@ def run_command(
     from .data import write_data
     from .run import run
 
-    _outputs_apart({"FILE": file, "--input": input_file}, {"--out": out, "--plot": plot})
+    _outputs_apart(
+        {"FILE": file, "--input": input_file},
+        {"--out": out, "--plot": plot, **({"--json": json_out} if json_out not in (None, "-") else {})},
+    )
     if plot is not None:
         _picture_format(plot)  # before the run, not after it
     if steps is not None and steps < 1:
         raise ParameterError(f"--steps {steps}: run at least one step")
+    counting = show_metrics or json_out is not None
+    if counting and records not in ((), ("all",)):
+        raise ParameterError(
+            "--metrics and --json count every node of the graph: leave out --record (or give --record all)"
+        )
     graph = _graph(file)
     shapes = (
         _input_shapes(graph, file)
@@ -871,11 +896,24 @@ def run_command(
         )
     elapsed = time.perf_counter() - start
     total = first.shape[0]
+    metrics = result.metrics() if counting else None
+    if json_out == "-":
+        assert metrics is not None
+        click.echo(json.dumps(_metrics_json(file, metrics), indent=2))
+        return
     _echo(
         f"{file}: {total} steps of {result.dt:g} s, batch {first.shape[1]}, input: {source}\n"
         f"ran in {elapsed:.3f} s ({elapsed / total * 1e3:.3f} ms per step)"
     )
     _echo(_run_table(result))
+    if metrics is not None and show_metrics:
+        _echo("\n".join(f"  {line}" for line in metrics.table().splitlines()))
+    if metrics is not None and json_out is not None:
+        document = json.dumps(_metrics_json(file, metrics), indent=2) + "\n"
+        from .io import atomic_write
+
+        atomic_write(json_out, lambda temporary: Path(temporary).write_text(document, encoding="utf-8"))
+        _echo(f"wrote {json_out} (the metrics under NeuroBench's keys)")
     if out is not None:
         write_data(out, result.to_nir_data())
         _echo(f"wrote {out} (NIRGraphData, {len(result.records)} record(s))")
@@ -887,6 +925,20 @@ def run_command(
         )
         _save_figure(result.plot(*keys) if keys else result.plot("output"), plot)
         _echo(f"wrote {plot}")
+
+
+def _metrics_json(file: str, metrics: Any) -> dict[str, Any]:
+    """``--json``'s document: NeuroBench's keys (``Metrics.as_neurobench``), with the
+    file, the samples and steps counted, and the per-node breakdown."""
+    import dataclasses
+
+    return {
+        "file": file,
+        "samples": metrics.samples,
+        "steps": metrics.steps,
+        "metrics": metrics.as_neurobench(),
+        "layers": [dataclasses.asdict(layer) for layer in metrics.layers],
+    }
 
 
 def _run_table(result: Any) -> str:

@@ -155,6 +155,11 @@ class MemoryLimitError(NirBridgeError, MemoryError):
         self.free = free
 
 
+class MetricsError(NirBridgeError):
+    """:meth:`nirbridge.Run.metrics` cannot count this run: it recorded too little (run
+    with ``record="metrics"``), or it is a native model's, which has no graph."""
+
+
 class NirFileError(NirBridgeError):
     """A .nir file cannot be read or written; the message names the file."""
 

@@ -17,7 +17,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nir
 import numpy as np
@@ -53,6 +53,9 @@ from .errors import InputError, NirBridgeError, NonFiniteWarning, ParameterError
 from .limits import check_memory
 from .state import NODES, State, StateError, unpack_state
 from .text import printable
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
 
 __all__ = ["RecordSummary", "Run", "RunSummary", "SequenceModule", "run", "silence_hint"]
 
@@ -149,6 +152,8 @@ class Run:
             the CPU; for the threshold lines of :meth:`plot`.
         unrecorded: for a native model, the layers that could not be recorded under
             a NIR node's name, and why.
+        module, inputs: the module that ran and the input sequences it ran on (by Input
+            name), for :meth:`metrics`; ``None`` and empty for a native model.
         selfcheck: for the Triton back-end, the verdicts of its kernels' self-check
             on this run's device and dtype (:mod:`nirbridge.engine.selfcheck`): a
             family that failed ran eagerly.
@@ -165,6 +170,8 @@ class Run:
     dt_from: str = ""
     unrecorded: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
     selfcheck: tuple[_selfcheck.Verdict, ...] = ()
+    module: Any = dataclasses.field(default=None, repr=False)
+    inputs: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:
         def shape(t: torch.Tensor) -> str:
@@ -197,6 +204,25 @@ class Run:
                 "seconds; run it with nirbridge.run(..., dt=seconds_per_step)"
             )
         return records_to_graph_data(self.records, self.layout, self.spiking, self.dt)
+
+    def metrics(self) -> Metrics:
+        """NeuroBench's metrics of this run, per sample (:mod:`nirbridge.metrics`):
+        synaptic operations, activation sparsity, membrane updates, neuron operations,
+        parameter count, footprint and connection sparsity. They are counted from the
+        records, so the run must record every node's output and every neuron's ``v``:
+        ``run(module, x, record="metrics")`` (or ``"all"``).
+
+        Raises:
+            MetricsError: the run recorded too little, or is a native model's.
+        """
+        from .metrics import MetricsError, compute
+
+        if self.module is None:
+            raise MetricsError(
+                "metrics() counts a graph's nodes, and a native model's run has none: run the "
+                "exported graph, nirbridge.run(nirbridge.nir_to_torch(graph), x, record='metrics')"
+            )
+        return compute(self.module, self.records, self.inputs)
 
     def summary(self) -> RunSummary:
         """Spike totals and rates per spiking record and output (and the range of
@@ -279,7 +305,8 @@ def run(
         record: node paths to record (``"lif"``: its output and state variables;
             ``"lif.output"``: only its output; ``"lif.v"``: one variable;
             ``"block.lif"``: inside a subgraph), or ``"all"`` for every node and
-            variable, ``"outputs"`` for every node's output.
+            variable, ``"outputs"`` for every node's output, ``"metrics"`` for what
+            :meth:`Run.metrics` counts (every node's output, every neuron's ``v``).
         dt: for a graph or path, the time step to build it with; for a built
             module, it must match the module's own time step (rebuild otherwise); for
             a native model without one (snntorch, spikingjelly), the seconds per step.
@@ -417,6 +444,7 @@ def run(
             bar.close()
     result = _assemble(collector, level, spike_types, state, built_dt)
     result.thresholds = _thresholds(module, result)
+    result.module, result.inputs = module, sequences
     if chosen == "triton":
         here = (str(device), _selfcheck.dtype_name(dtype))
         result.selfcheck = tuple(v for v in _selfcheck.verdicts() if (v.device, v.dtype) == here)
@@ -807,8 +835,8 @@ def _request(level: Level | None, record: str | Iterable[str]) -> Request:
     """What to record, per level, from ``record=`` (see :func:`run`)."""
     if record is None or isinstance(record, (bytes, Mapping)) or not isinstance(record, (str, Iterable)):
         raise RecordError(
-            f"run(record={record!r}): give a node path ('lif'), a list of them, 'all' or 'outputs', "
-            "or () to record nothing"
+            f"run(record={record!r}): give a node path ('lif'), a list of them, 'all', 'outputs' or "
+            "'metrics', or () to record nothing"
         )
     if not isinstance(record, str):
         record = list(record)
@@ -836,6 +864,13 @@ def _request(level: Level | None, record: str | Iterable[str]) -> Request:
         for lv in level.walk():
             for name in lv.modules:
                 add(lv, name, True, None if record == "all" else False)
+        return requests[id(level)]
+    if record == "metrics":  # what Run.metrics() counts from: every output, every neuron's v
+        from .metrics.counting import NEURON_OPS
+
+        for lv in level.walk():
+            for name in lv.modules:
+                add(lv, name, True, {"v"} if lv.types.get(name) in NEURON_OPS else False)
         return requests[id(level)]
     if isinstance(record, str):
         record = [record]

@@ -473,3 +473,22 @@ def test_the_metrics_page_s_examples_print_what_it_shows(name, tmp_path):
     )
     shutil.copy(EXAMPLES / "NIR__paper__02_cnn__cnn_sinabs.nir", tmp_path / "cnn.nir")
     examples.check("docs/metrics.md", name, tmp_path)
+
+
+def test_a_connection_without_a_weight_tensor_is_named():
+    """A node_map module that keeps its weight under another name cannot be counted:
+    the error names the node and its module."""
+
+    class Dense(torch.nn.Module):
+        def __init__(self, node):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.as_tensor(node.weight, dtype=torch.float32))
+            self.b = torch.nn.Parameter(torch.as_tensor(node.bias, dtype=torch.float32))
+
+        def forward(self, x):
+            return x @ self.w.T + self.b
+
+    module = nirbridge.nir_to_torch(small_graph(), {nir.Affine: Dense}, dt=1e-3)
+    result = nirbridge.run(module, spikes((5, 2, 5), 0), record="metrics")
+    with pytest.raises(MetricsError, match=r"node 'fc0' \(Affine\) runs as Dense, which holds no weight"):
+        result.metrics()

@@ -171,6 +171,7 @@ def compute(
             path = lv.prefix + name
             row: dict[str, float] = {}
             if kind in counting.CONNECTIONS:
+                _check_weighted(lv.modules[name], path, kind)
                 x = sources.input_of(lv, name, parents)
                 if counting.only_delayed_out(lv, name):
                     x = counting.late(x)
@@ -220,6 +221,15 @@ def compute(
         steps=steps,
         layers=tuple(layers),
     )
+
+
+def _check_weighted(module: torch.nn.Module, path: str, kind: str) -> None:
+    """A connection's synapses are counted from its ``weight`` (or a Scale's ``scale``)."""
+    if not any(isinstance(getattr(module, attr, None), torch.Tensor) for attr in ("weight", "scale")):
+        raise MetricsError(
+            f"metrics(): node {path!r} ({kind}) runs as {type(module).__name__}, which holds no weight "
+            "tensor to count its synapses from; count a module built with nirbridge's default map"
+        )
 
 
 def _dtype(module: torch.nn.Module) -> torch.dtype:

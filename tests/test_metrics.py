@@ -492,3 +492,51 @@ def test_a_connection_without_a_weight_tensor_is_named():
     result = nirbridge.run(module, spikes((5, 2, 5), 0), record="metrics")
     with pytest.raises(MetricsError, match=r"node 'fc0' \(Affine\) runs as Dense, which holds no weight"):
         result.metrics()
+
+
+def test_the_metrics_of_batches_add_up_as_neurobench_accumulates_them():
+    """NeuroBench's Benchmark over a DataLoader of 7 samples in batches of 3, and the sum
+    of nirbridge's metrics of the same three batches."""
+    torch.manual_seed(0)
+    net = synaptic()
+    x = spikes((7, 20, 6), 5)
+    from neurobench.benchmarks import Benchmark
+    from neurobench.metrics.workload import (
+        ActivationSparsity,
+        ActivationSparsityByLayer,
+        MembraneUpdates,
+        NeuronOperations,
+        SynapticOperations,
+    )
+    from neurobench.models import SNNTorchModel
+
+    loader = DataLoader(TensorDataset(x, torch.zeros(7)), batch_size=3)
+    workload = [
+        ActivationSparsity,
+        ActivationSparsityByLayer,
+        SynapticOperations,
+        MembraneUpdates,
+        NeuronOperations,
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        theirs = Benchmark(SNNTorchModel(net), loader, [], [], [[], workload]).run(quiet=True)
+    module = nirbridge.nir_to_torch(snntorch_adapter.to_nir(net))
+    batches = [
+        nirbridge.run(module, x[i : i + 3].transpose(0, 1), record="metrics").metrics() for i in (0, 3, 6)
+    ]
+    total = sum(batches)
+    assert total.samples == 7 and [b.samples for b in batches] == [3, 3, 1]
+    got = total.as_neurobench()
+    for key in ("synaptic_operations", "membrane_updates", "neuron_operations"):
+        expected = theirs[{v: k for k, v in NEUROBENCH_KEYS.items()}[key]]
+        assert got[key] == pytest.approx(expected, rel=1e-12), key
+    assert got["activation_sparsity"] == pytest.approx(theirs["ActivationSparsity"], rel=1e-12)
+    assert got["activation_sparsity_by_layer"] == pytest.approx(
+        theirs["ActivationSparsityByLayer"], rel=1e-12
+    )
+    other = nirbridge.run(
+        nirbridge.nir_to_torch(small_graph(), dt=1e-3), spikes((5, 2, 5), 0), record="metrics"
+    )
+    with pytest.raises(MetricsError, match="different graphs"):
+        total + other.metrics()

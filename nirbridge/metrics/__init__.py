@@ -61,7 +61,9 @@ class Metrics:
     """NeuroBench's metrics of one run (see the module docs for each definition).
 
     Workload values are per sample: totals over the run's steps divided by its batch
-    size. ``layers`` holds the per-node breakdown, in step order.
+    size. ``layers`` holds the per-node breakdown, in step order. The metrics of several
+    runs of one module (the batches of a data set) add up as NeuroBench accumulates
+    batches: ``sum(metrics_of_each_batch)``, or ``a + b``.
     """
 
     parameter_count: int
@@ -75,6 +77,50 @@ class Metrics:
     samples: int
     steps: int
     layers: tuple[LayerMetrics, ...] = ()
+
+    def __add__(self, other: Metrics) -> Metrics:
+        """Both runs' metrics together, as NeuroBench's ``Benchmark`` accumulates
+        batches: the per-sample counts and the activation sparsity as means weighted by
+        each run's samples, the per-node sparsity from the zeros and values of both.
+        ``steps`` is the longer run's."""
+        if not isinstance(other, Metrics):
+            return NotImplemented
+        names = [layer.name for layer in self.layers]
+        if names != [layer.name for layer in other.layers] or self.parameter_count != other.parameter_count:
+            raise MetricsError(
+                "metrics add up over runs of one module (the batches of a data set); these count "
+                f"different graphs (nodes {names[:4]} and {[la.name for la in other.layers][:4]})"
+            )
+        a, b = self.samples, other.samples
+
+        def mean(x: float, y: float) -> float:
+            return (x * a + y * b) / (a + b)
+
+        layers = tuple(_added(p, q, a, b) for p, q in zip(self.layers, other.layers))
+        return Metrics(
+            parameter_count=self.parameter_count,
+            footprint=self.footprint,
+            connection_sparsity=self.connection_sparsity,
+            activation_sparsity=mean(self.activation_sparsity, other.activation_sparsity),
+            activation_sparsity_by_layer={
+                la.name: la.activation_sparsity for la in layers if la.activation_sparsity is not None
+            },
+            synaptic_operations={
+                k: mean(v, other.synaptic_operations[k]) for k, v in self.synaptic_operations.items()
+            },
+            membrane_updates=mean(self.membrane_updates, other.membrane_updates),
+            neuron_operations={
+                k: mean(v, other.neuron_operations[k]) for k, v in self.neuron_operations.items()
+            },
+            samples=a + b,
+            steps=max(self.steps, other.steps),
+            layers=layers,
+        )
+
+    def __radd__(self, other: Any) -> Metrics:
+        if isinstance(other, int) and other == 0:  # sum() starts from 0
+            return self
+        return NotImplemented
 
     def as_neurobench(self) -> dict[str, Any]:
         """The metrics under NeuroBench's own keys and nesting (the names its
@@ -221,6 +267,23 @@ def compute(
         steps=steps,
         layers=tuple(layers),
     )
+
+
+def _added(p: LayerMetrics, q: LayerMetrics, a: int, b: int) -> LayerMetrics:
+    """One node's metrics over two runs of ``a`` and ``b`` samples: per-sample values
+    weighted by samples, the sparsity from both runs' zeros and values."""
+    per_sample = {
+        f.name: (getattr(p, f.name) * a + getattr(q, f.name) * b) / (a + b)
+        for f in dataclasses.fields(LayerMetrics)
+        if f.name not in ("name", "type", "activation_sparsity")
+    }
+    sparsity = None
+    if p.activation_sparsity is not None and q.activation_sparsity is not None:
+        values = p.activations * a + q.activations * b
+        zeros = round(p.activation_sparsity * p.activations * a)
+        zeros += round(q.activation_sparsity * q.activations * b)
+        sparsity = zeros / values if values else 0.0
+    return LayerMetrics(p.name, p.type, activation_sparsity=sparsity, **per_sample)
 
 
 def _check_weighted(module: torch.nn.Module, path: str, kind: str) -> None:

@@ -860,6 +860,11 @@ def run_command(
     if steps is not None and steps < 1:
         raise ParameterError(f"--steps {steps}: run at least one step")
     counting = show_metrics or json_out is not None
+    if json_out == "-" and (out is not None or plot is not None or show_metrics):
+        raise ParameterError(
+            "--json - prints the metrics' JSON and nothing else: give --json a file to write "
+            "beside --out, --plot or --metrics"
+        )
     if counting and records not in ((), ("all",)):
         raise ParameterError(
             "--metrics and --json count every node of the graph: leave out --record (or give --record all)"

@@ -152,8 +152,9 @@ class Run:
             the CPU; for the threshold lines of :meth:`plot`.
         unrecorded: for a native model, the layers that could not be recorded under
             a NIR node's name, and why.
-        module, inputs: the module that ran and the input sequences it ran on (by Input
-            name), for :meth:`metrics`; ``None`` and empty for a native model.
+        module, inputs, fresh: for :meth:`metrics`, with ``record="metrics"`` or ``"all"``:
+            the module that ran, the input sequences it ran on (by Input name), and
+            whether it started from a fresh state; ``None`` and empty otherwise.
         selfcheck: for the Triton back-end, the verdicts of its kernels' self-check
             on this run's device and dtype (:mod:`nirbridge.engine.selfcheck`): a
             family that failed ran eagerly.
@@ -172,6 +173,7 @@ class Run:
     selfcheck: tuple[_selfcheck.Verdict, ...] = ()
     module: Any = dataclasses.field(default=None, repr=False)
     inputs: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict, repr=False)
+    fresh: bool = dataclasses.field(default=True, repr=False)
 
     def __repr__(self) -> str:
         def shape(t: torch.Tensor) -> str:
@@ -219,8 +221,15 @@ class Run:
 
         if self.module is None:
             raise MetricsError(
-                "metrics() counts a graph's nodes, and a native model's run has none: run the "
-                "exported graph, nirbridge.run(nirbridge.nir_to_torch(graph), x, record='metrics')"
+                "metrics() needs a run with record='metrics' (or 'all') of a graph module: "
+                "nirbridge.run(nirbridge.nir_to_torch(graph), x, record='metrics'); a native model's "
+                "run has no graph to count, so run its exported graph"
+            )
+        if not self.fresh:
+            raise MetricsError(
+                "metrics() counts a run from a fresh state, and this one went on from state=...: its "
+                "first step's membranes and delayed edges belong to the run before. Run the whole "
+                "sequence in one call; the metrics of separate batches of samples add up (a + b)"
             )
         return compute(self.module, self.records, self.inputs)
 
@@ -444,7 +453,8 @@ def run(
             bar.close()
     result = _assemble(collector, level, spike_types, state, built_dt)
     result.thresholds = _thresholds(module, result)
-    result.module, result.inputs = module, sequences
+    if record in ("all", "metrics"):  # what Run.metrics() counts from, kept only where it can
+        result.module, result.inputs, result.fresh = module, sequences, passed is None
     if chosen == "triton":
         here = (str(device), _selfcheck.dtype_name(dtype))
         result.selfcheck = tuple(v for v in _selfcheck.verdicts() if (v.device, v.dtype) == here)

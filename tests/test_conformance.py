@@ -481,3 +481,72 @@ def test_sinabs_runs_the_nir_paper_s_cnn_as_its_if_neurons_say(dt):
     result = rows(conformance([path], ["sinabs"], dt=dt, steps=30, python=PEER_PYTHONS))[path.name, "sinabs"]
     assert 0 < result.agreement < 1 and (result.reference_spikes > 0) == (dt == 1.0)
     assert result.diagnosis == SINABS_IF.name
+
+
+def test_a_loop_wired_through_its_weight_and_a_diamond_are_explained_for_spyx_and_rockpool(tmp_path):
+    """spyx and rockpool build one recurrent neuron from a four-node loop subgraph, so a
+    loop whose input goes through its weight (as spyx 1.0 exports one) runs as if the
+    input went to the neuron; nirtorch 2.0.2, under rockpool, runs a diamond in
+    depth-first preorder and returns what ran last (here an Affine's values). Measured
+    against the real peers."""
+    from nirbridge.conformance.conventions import ROCKPOOL, SPYX
+
+    rng = np.random.default_rng(3)
+
+    def cuba(n):
+        return nir.CubaLIF(
+            tau_syn=np.full(n, 4e-3),
+            tau_mem=np.full(n, 1e-2),
+            r=np.full(n, 2.0),
+            v_leak=np.zeros(n),
+            v_threshold=np.ones(n),
+            v_reset=np.zeros(n),
+            w_in=np.full(n, 3.0),
+        )
+
+    loop = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([5])),
+            "lif": cuba(5),
+            "w_rec": nir.Linear(rng.normal(0, 0.6, (5, 5))),
+            "output": nir.Output(np.array([5])),
+        },
+        edges=[("input", "w_rec"), ("w_rec", "lif"), ("lif", "w_rec"), ("lif", "output")],
+        type_check=False,
+    )
+    wired = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "fc": nir.Affine(rng.normal(0.8, 0.4, (5, 3)), np.zeros(5)),
+            "rnn": loop,
+            "output": nir.Output(np.array([5])),
+        },
+        edges=[("input", "fc"), ("fc", "rnn"), ("rnn", "output")],
+        metadata={"dt": DT},
+        type_check=False,
+    )
+    diamond = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([3])),
+            "a": nir.Affine(rng.normal(0.8, 0.4, (4, 3)), np.zeros(4)),
+            "c": cuba(4),
+            "b": nir.Affine(rng.normal(0.8, 0.4, (4, 3)), np.zeros(4)),
+            "output": nir.Output(np.array([4])),
+        },
+        edges=[("input", "a"), ("a", "c"), ("c", "output"), ("input", "b"), ("b", "c")],
+        metadata={"dt": DT},
+        type_check=False,
+    )
+    nirbridge.write(tmp_path / "wired.nir", wired)
+    nirbridge.write(tmp_path / "diamond.nir", diamond)
+    files = [tmp_path / "wired.nir", tmp_path / "diamond.nir"]
+    got = rows(conformance(files, ["spyx", "rockpool"], steps=80, rate=0.4, python=PEER_PYTHONS))
+    assert got["wired.nir", "spyx"].agreement < 1 and got["wired.nir", "spyx"].diagnosis == SPYX.name
+    assert (
+        got["wired.nir", "rockpool"].agreement < 1 and got["wired.nir", "rockpool"].diagnosis == ROCKPOOL.name
+    )
+    assert (
+        got["diamond.nir", "rockpool"].agreement < 1
+        and got["diamond.nir", "rockpool"].diagnosis == "nirtorch's order"
+    )
+    assert "builds 2 modules for 3 nodes" in got["diamond.nir", "spyx"].error

@@ -443,6 +443,11 @@ def test_the_command_line_prints_the_metrics_and_writes_them_as_json(tmp_path):
     )
     refused = subprocess.run([*base, "--metrics", "--record", "lif1"], capture_output=True, text=True)
     assert refused.returncode == 1 and "leave out --record" in refused.stderr
+    alone = subprocess.run(
+        [*base, "--json", "-", "--out", str(tmp_path / "r.h5")], capture_output=True, text=True
+    )
+    assert alone.returncode == 1 and "--json - prints the metrics' JSON and nothing else" in alone.stderr
+    assert not (tmp_path / "r.h5").exists()
 
 
 def test_the_table_and_the_figure_show_each_node():
@@ -540,3 +545,37 @@ def test_the_metrics_of_batches_add_up_as_neurobench_accumulates_them():
     )
     with pytest.raises(MetricsError, match="different graphs"):
         total + other.metrics()
+
+
+def test_counts_are_exact_whatever_the_module_s_dtype():
+    """The binary copies count in float64: a bfloat16 module (8 bits of mantissa) with
+    a fan-in of 300 counts what an integer product of the masks counts."""
+    rng = np.random.default_rng(0)
+    weight = rng.normal(0, 1, (20, 300)) * (rng.random((20, 300)) > 0.1)
+    graph = nir.NIRGraph.from_list(
+        nir.Linear(weight),
+        nir.LIF(
+            tau=np.full(20, 5e-3),
+            r=np.full(20, 5.0),
+            v_leak=np.zeros(20),
+            v_threshold=np.ones(20),
+            v_reset=np.zeros(20),
+        ),
+    )
+    x = torch.rand(10, 2, 300, generator=torch.Generator().manual_seed(1)) < 0.9
+    expected = int((x.numpy().astype(np.int64) @ (weight != 0).astype(np.int64).T).sum()) / 2
+    for dtype in (torch.float32, torch.bfloat16):
+        module = nirbridge.nir_to_torch(graph, dt=1e-3, dtype=dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
+            metrics = nirbridge.run(module, x, record="metrics").metrics()
+        assert metrics.synaptic_operations["Effective_ACs"] == expected, dtype
+
+
+def test_a_run_that_went_on_from_a_state_or_had_no_sample_is_refused():
+    module = nirbridge.nir_to_torch(small_graph(), dt=1e-3)
+    first = nirbridge.run(module, spikes((10, 2, 5), 0), record="metrics")
+    with pytest.raises(MetricsError, match=r"went on from state=\.\.\..*a \+ b"):
+        nirbridge.run(module, spikes((10, 2, 5), 1), state=first.state, record="metrics").metrics()
+    with pytest.raises(MetricsError, match=r"batch size 0"):
+        nirbridge.run(module, torch.zeros(10, 0, 5), record="metrics").metrics()

@@ -22,15 +22,17 @@ convention                the reference run with
 ``one-step lag``          every output one step later (zeros at step 0)
 ``dt from r``             the time step taken as :math:`\tau / r` of the first neuron
                           (rockpool)
+``nirtorch's order``      the graph run as nirtorch 2.0.2's ``GraphExecutor`` runs it
+                          (sinabs, rockpool; see :func:`_in_nirtorch_order`)
 ========================  ===================================================================
 
 and, tried after those alone and in pairs, :data:`COMPOSITES`: sets one simulator is
 known to follow together, each written from that simulator's source:
 
 - sinabs' IF: no time step (dt = 1), several spikes a step, subtractive reset and a
-  clamp at :math:`-v_{th}`;
+  clamp at :math:`-v_{th}`, in nirtorch's order;
 - sinabs' LIF: exponential decay with :math:`\tau` in steps and several spikes a step,
-  in float32;
+  in nirtorch's order, in float32;
 - spyx's neurons (:func:`_spyx_step`): decays :math:`1 - dt/\tau` clipped to [0, 1],
   input added as it comes (``r``, ``w_in`` and :math:`dt/\tau` unused), ``v_leak``
   ignored, a spike's subtraction applied at the next step, and each neuron's output one
@@ -40,8 +42,12 @@ known to follow together, each written from that simulator's source:
 - rockpool's ``LIFTorch`` (:func:`_rockpool_step`): its own
   :math:`dt = \min \tau_{mem}/(1 + r)` per node, exponential decay, input added as it
   comes, ``v_leak`` added every step, several spikes a step where :math:`v \ge v_{th}`,
-  subtractive reset, and the top level's recurrent edges carrying nothing (nirtorch
-  2.0.2 runs a whole sequence in one call), in float32.
+  subtractive reset, and nirtorch's order (below), in float32;
+- "nirtorch's order" (nirtorch 2.0.2's, which sinabs and rockpool run graphs in): an
+  edge from a node its ``GraphExecutor`` runs later carries nothing, since it runs the
+  whole sequence in one call (a loop at the top level is cut);
+- "a loop's input straight to its neuron": spyx and rockpool build one recurrent neuron
+  from a recurrent subgraph, whatever its wiring.
 """
 
 from __future__ import annotations
@@ -94,7 +100,8 @@ class Convention:
     current_leak: bool = False  # CubaLIF: i <- i + dt/tau_syn (v_leak - i + w_in x), from i = v_leak
     neuron: str | None = None  # a simulator's own neuron update, a key of NEURONS
     neuron_lag: bool = False  # each neuron's output one step late, except around its own loop
-    drop_cycles: bool = False  # the top level's delayed (recurrent) edges carry nothing
+    nirtorch_order: bool = False  # an edge from a node nirtorch 2.0.2 runs later carries nothing
+    loop_input_direct: bool = False  # a 4-node recurrent subgraph's input goes to its neuron
     loop_bias_dropped: bool = False  # an Affine on a loop (a recurrent weight) without its bias
 
 
@@ -109,6 +116,7 @@ CONVENTIONS: tuple[Convention, ...] = (
     Convention("spikes at v = v_th", at_threshold=True),
     Convention("one-step lag", lag=1),
     Convention("dt from r", dt_from_r=True),
+    Convention("nirtorch's order", nirtorch_order=True),
 )
 """The single conventions a diagnosis tries; it then tries them two at a time."""
 
@@ -130,35 +138,41 @@ def combined(a: Convention, b: Convention) -> Convention:
         current_leak=a.current_leak or b.current_leak,
         neuron=a.neuron or b.neuron,
         neuron_lag=a.neuron_lag or b.neuron_lag,
-        drop_cycles=a.drop_cycles or b.drop_cycles,
+        nirtorch_order=a.nirtorch_order or b.nirtorch_order,
+        loop_input_direct=a.loop_input_direct or b.loop_input_direct,
         loop_bias_dropped=a.loop_bias_dropped or b.loop_bias_dropped,
     )
 
 
 SINABS_IF = Convention(
-    "dt=1 + several spikes a step + subtractive reset + clamp at -v_th",
+    "dt=1 + several spikes a step + subtractive reset + clamp at -v_th + nirtorch's order",
     fixed_dt=1.0,
     subtractive=True,
     multispike=True,
     clamp=True,
+    nirtorch_order=True,
 )
 """sinabs 3.1's ``IAFSqueeze`` as its import builds it for a NIR IF."""
 
 SINABS_LIF = Convention(
-    "exponential decay, tau in steps + several spikes a step + subtractive reset, in float32",
+    "exponential decay, tau in steps + several spikes a step + subtractive reset + nirtorch's order,"
+    " in float32",
     subtractive=True,
     multispike=True,
     steps_decay=True,
     float32=True,
+    nirtorch_order=True,
 )
 """sinabs 3.1's ``LIFSqueeze`` as its import builds it for a NIR LIF."""
 
 SPYX = Convention(
     "decay 1 - dt/tau clipped to [0, 1] + input unscaled (r, w_in, dt/tau unused) + v_leak ignored"
-    " + subtractive reset a step late + each neuron one step late + recurrent bias dropped, in float32",
+    " + subtractive reset a step late + each neuron one step late + recurrent bias dropped"
+    " + a loop's input straight to its neuron, in float32",
     neuron="spyx",
     neuron_lag=True,
     loop_bias_dropped=True,
+    loop_input_direct=True,
     float32=True,
 )
 """spyx 1.0's ``IF``, ``LIF``, ``CuBaLIF`` and their recurrent forms, as ``spyx.nir.from_nir``
@@ -166,11 +180,12 @@ builds them."""
 
 ROCKPOOL = Convention(
     "dt = min(tau_mem / (1 + r)) per node + exponential decay + input unscaled + v_leak as a bias"
-    " + several spikes a step (v >= v_th) + subtractive reset + top-level recurrent edges dropped"
-    " + recurrent bias dropped, in float32",
+    " + several spikes a step (v >= v_th) + subtractive reset + nirtorch's order"
+    " + recurrent bias dropped + a loop's input straight to its neuron, in float32",
     neuron="rockpool",
-    drop_cycles=True,
+    nirtorch_order=True,
     loop_bias_dropped=True,
+    loop_input_direct=True,
     float32=True,
 )
 """rockpool 3.1's ``LIFTorch`` and ``ExpSynTorch``, as ``rockpool.nn.modules.from_nir``
@@ -247,6 +262,8 @@ def _spyx_factors(node: nir.NIRNode, dt: float) -> dict[str, torch.Tensor]:
     """What ``spyx.nir.from_nir`` loads: the threshold, and decays ``1 - dt / tau``
     computed in the file's dtype, then held in float32 (JAX's default) and clipped to
     [0, 1] at each call, as ``spyx.nn.LIF`` and ``CuBaLIF`` do."""
+    if isinstance(node, nir.LI):  # the membrane of a PSU_LIF (spyx builds LI -> Threshold as one)
+        return {"beta": _f32(1 - (dt / node.tau)).clamp(0, 1)}
     factors = {"threshold": _f32(node.v_threshold)}
     if isinstance(node, nir.LIF):
         factors["beta"] = _f32(1 - (dt / node.tau)).clamp(0, 1)
@@ -266,8 +283,13 @@ def _spyx_step(module: torch.nn.Module, x: torch.Tensor, state: Any) -> tuple[to
         v \leftarrow \beta v + x - s\,v_{th} \;(LIF), \qquad
         i \leftarrow \alpha i + x,\; v \leftarrow \beta (v - s\,v_{th}) + i \;(CuBaLIF),
 
-    and the output is :math:`v > v_{th}`; states start at 0."""
+    and the output is :math:`v > v_{th}`; states start at 0. An LI is the membrane of a
+    ``PSU_LIF`` (an LI and the Threshold after it, in spyx): :math:`v \leftarrow \beta v
+    + x`, no reset, no lag, output :math:`v`."""
     f = module.conformance_factors
+    if isinstance(module, M.LI):
+        v = f["beta"] * state.v + x
+        return v, F.IState(v)
     threshold = f["threshold"]
     v = state.v
     fired = (v > threshold).to(v.dtype)
@@ -290,15 +312,24 @@ def _rockpool_factors(node: nir.NIRNode, dt: float) -> dict[str, torch.Tensor]:
     ``v_leak`` as a bias; an LI becomes an ``ExpSynTorch`` with :math:`\tau` cast to an
     integer."""
     if isinstance(node, nir.LI):
-        own = torch.min(torch.as_tensor(node.tau / (1 + node.r))).item()
+        own = _rockpool_dt(node.tau / (1 + node.r))
         return {"beta": torch.exp(-own / torch.as_tensor(node.tau).int())}
-    own = torch.min(torch.as_tensor(node.tau_mem / (1 + node.r))).item()
+    own = _rockpool_dt(node.tau_mem / (1 + node.r))
     return {
         "alpha": torch.exp(-own / _f32(node.tau_mem)),
         "beta": torch.exp(-own / _f32(node.tau_syn)),
         "threshold": _f32(node.v_threshold),
         "bias": _f32(node.v_leak),
     }
+
+
+def _rockpool_dt(ratio: np.ndarray) -> float:
+    """``torch.min(torch.as_tensor(_to_tensor(ratio))).item()`` as rockpool computes it:
+    its ``_to_tensor`` gives a Python float for one element, which ``as_tensor`` holds in
+    float32."""
+    ratio = np.asarray(ratio)
+    value = torch.as_tensor(float(ratio.reshape(-1)[0])) if ratio.size == 1 else torch.as_tensor(ratio)
+    return torch.min(value).item()
 
 
 def _rockpool_step(module: torch.nn.Module, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
@@ -325,7 +356,7 @@ def _rockpool_step(module: torch.nn.Module, x: torch.Tensor, state: Any) -> tupl
 Factors = Callable[[nir.NIRNode, float], dict[str, torch.Tensor]]
 Step = Callable[[torch.nn.Module, torch.Tensor, Any], tuple[torch.Tensor, Any]]
 NEURONS: dict[str, tuple[tuple[type, ...], Factors, Step]] = {
-    "spyx": ((nir.IF, nir.LIF, nir.CubaLIF), _spyx_factors, _spyx_step),
+    "spyx": ((nir.IF, nir.LIF, nir.CubaLIF, nir.LI), _spyx_factors, _spyx_step),
     "rockpool": ((nir.LI, nir.CubaLIF), _rockpool_factors, _rockpool_step),
 }
 """A simulator's own neuron updates: the NIR types they stand for, what they load from
@@ -460,15 +491,65 @@ def _loop_bias_dropped(graph: nir.NIRGraph) -> nir.NIRGraph:
     return graph
 
 
-def _without_cycles(graph: nir.NIRGraph) -> nir.NIRGraph:
-    """A copy of ``graph`` without the top level's delayed edges (:mod:`nirbridge.graph`)."""
-    from ..graph import evaluation_order
-
+def _in_nirtorch_order(graph: nir.NIRGraph) -> nir.NIRGraph:
+    """A copy of ``graph`` whose top level keeps only the edges that nirtorch 2.0.2's
+    ``GraphExecutor`` (under sinabs and rockpool) feeds: it runs the nodes once, in
+    depth-first preorder from the first Input (successors in edge order), over the whole
+    sequence in one call, so an edge from a node that runs later (a loop's, a skip
+    connection's that arrives first) carries nothing, and a node it never reaches
+    feeds nothing; and it returns the output of the node that ran last (the one
+    before the Output node, where the Output node is last)."""
     graph = copy.copy(graph)
     edges = [tuple(e) for e in graph.edges]
     roots = input_names(graph)
-    _, delayed, _ = evaluation_order(list(graph.nodes), edges, roots)
-    graph.edges = [e for i, e in enumerate(edges) if i not in delayed]
+    successors: dict[str, list[str]] = {}
+    for a, b in edges:
+        successors.setdefault(a, []).append(b)
+    order: list[str] = []
+    if roots:
+        seen = {roots[0]}
+        order.append(roots[0])
+        stack = [iter(successors.get(roots[0], []))]
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                stack.pop()
+            elif child not in seen:
+                seen.add(child)
+                order.append(child)
+                stack.append(iter(successors.get(child, [])))
+    position = {name: i for i, name in enumerate(order)}
+    kept = [(a, b) for a, b in edges if a in position and b in position and position[a] < position[b]]
+    outputs = output_names(graph)
+    if len(order) >= 2 and len(outputs) == 1:  # it returns what ran last (before the Output, if that is last)
+        last = order[-2] if isinstance(graph.nodes[order[-1]], nir.Output) else order[-1]
+        kept = [(a, b) for a, b in kept if b != outputs[0]] + [(last, outputs[0])]
+    graph.edges = kept
+    return graph
+
+
+def _loop_input_direct(graph: nir.NIRGraph) -> nir.NIRGraph:
+    """A copy of ``graph`` in which each recurrent subgraph of four nodes (Input, a
+    neuron, an Affine or Linear, Output) takes its input straight into the neuron: spyx
+    and rockpool build one recurrent neuron from such a subgraph, ``v += x + W s``,
+    however the file wires the input (spyx 1.0's own export sends it through W)."""
+    graph = copy.deepcopy(graph)
+
+    def visit(g: nir.NIRGraph) -> None:
+        for node in g.nodes.values():
+            if not isinstance(node, nir.NIRGraph):
+                continue
+            visit(node)
+            kinds = {type(v): k for k, v in node.nodes.items()}
+            neuron = next((kinds[t] for t in (nir.IF, nir.LIF, nir.CubaLIF) if t in kinds), None)
+            weight = next((kinds[t] for t in (nir.Affine, nir.Linear) if t in kinds), None)
+            source = kinds.get(nir.Input)
+            if len(node.nodes) != 4 or neuron is None or weight is None or source is None:
+                continue
+            edges = [tuple(e) for e in node.edges]
+            node.edges = [(a, neuron) if (a, b) == (source, weight) else (a, b) for a, b in edges]
+
+    visit(graph)
     return graph
 
 
@@ -499,10 +580,12 @@ def reference(
         if found is None:
             raise ValueError("no neuron has both a time constant and r")
         step = found
+    if convention.loop_input_direct:  # before the lag's Delay nodes make the loop five nodes
+        graph = _loop_input_direct(graph)
     if convention.neuron_lag:
         graph = _lagged(graph, step)
-    if convention.drop_cycles:
-        graph = _without_cycles(graph)
+    if convention.nirtorch_order:
+        graph = _in_nirtorch_order(graph)
     if convention.loop_bias_dropped:
         graph = _loop_bias_dropped(graph)
     c = convention

@@ -206,7 +206,9 @@ def compute(
     level = level_of(module)
     first = next(iter(inputs.values()))
     steps, samples = int(first.shape[0]), int(first.shape[1])
-    sources = counting.Sources(records, inputs)
+    if samples == 0:
+        raise MetricsError("metrics() counts per sample, and this run had none (batch size 0)")
+    sources = counting.Sources(records, inputs, _device(module, first))
     layers: list[LayerMetrics] = []
     zeros = values = 0
     by_layer: dict[str, float] = {}
@@ -221,7 +223,7 @@ def compute(
                 x = sources.input_of(lv, name, parents)
                 if counting.only_delayed_out(lv, name):
                     x = counting.late(x)
-                m, a, d = counting.synaptic_operations(lv.modules[name], x.to(_dtype(lv.modules[name])))
+                m, a, d = counting.synaptic_operations(lv.modules[name], x)
                 macs, acs, dense = macs + m, acs + a, dense + d
                 row.update(effective_macs=m, effective_acs=a, dense_synops=d)
             if kind in counting.SPIKING:
@@ -295,8 +297,8 @@ def _check_weighted(module: torch.nn.Module, path: str, kind: str) -> None:
         )
 
 
-def _dtype(module: torch.nn.Module) -> torch.dtype:
+def _device(module: torch.nn.Module, fallback: torch.Tensor) -> torch.device:
+    """Where the module (and so the run's records) lives."""
     for tensor in (*module.parameters(), *module.buffers()):
-        if tensor.is_floating_point():
-            return tensor.dtype
-    return torch.get_default_dtype()
+        return tensor.device
+    return fallback.device

@@ -80,14 +80,17 @@ class Sources:
     and the graph's edges (the value of an Input or Output node is the sum of what
     feeds it)."""
 
-    def __init__(self, records: Mapping[str, torch.Tensor], inputs: Mapping[str, torch.Tensor]) -> None:
+    def __init__(
+        self, records: Mapping[str, torch.Tensor], inputs: Mapping[str, torch.Tensor], device: torch.device
+    ) -> None:
         self.records = records
         self.inputs = inputs
+        self.device = device  # the records', where the inputs may have been given elsewhere
 
     def value(self, level: Level, name: str, parents: tuple[tuple[Level, str], ...]) -> torch.Tensor:
         if name in level.inputs:
             if not parents:
-                return _numbers(self.inputs[name])
+                return _numbers(self.inputs[name]).to(self.device)
             parent, subgraph = parents[-1]
             return self.input_of(parent, subgraph, parents[:-1])
         key = level.prefix + name
@@ -132,9 +135,12 @@ def only_delayed_out(level: Level, name: str) -> bool:
 def synaptic_operations(module: torch.nn.Module, x: torch.Tensor, rows: int = 4096) -> tuple[int, int, int]:
     """``(effective MACs, effective ACs, dense)`` of one connection over ``x``
     (``[T, B, ...]``), summed over steps and samples; steps are counted a chunk at a
-    time, with the time axis folded into the batch axis."""
+    time, with the time axis folded into the batch axis. The binary copies run in
+    float64, whose sums of 0/1 products are exact to 2**53, whatever the module's dtype."""
     steps, batch = x.shape[0], x.shape[1]
-    effective_copy, dense_copy = binary_copy(module, False), binary_copy(module, True)
+    x = x.to(torch.float64)
+    effective_copy = binary_copy(module, False).to(torch.float64)
+    dense_copy = binary_copy(module, True).to(torch.float64)
     macs = acs = 0
     per = max(1, rows // max(batch, 1))
     with torch.no_grad():

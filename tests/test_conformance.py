@@ -15,6 +15,7 @@ import pytest
 import nirbridge
 from nirbridge.conformance import _REGISTRY as REGISTRY
 from nirbridge.conformance import Simulator, conformance
+from nirbridge.conformance.conventions import SINABS_IF
 from tests.conftest import EXAMPLES
 
 DT = 1e-3
@@ -235,7 +236,7 @@ def test_a_simulator_s_own_neurons_explain_it_when_it_follows_them(
         ({"ignore_r": True, "lag": 1}, "r ignored + one-step lag"),
         (
             {"several": True, "subtract": True, "clamp": True, "dt": 1.0},
-            "dt=1 + several spikes a step + subtractive reset + clamp at -v_th",
+            SINABS_IF.name,
         ),
         ({"ignore_v_reset": True, "v_reset": 0.25}, "v_reset ignored"),
         ({"at_threshold": True, "on_threshold": True}, "spikes at v = v_th"),
@@ -475,7 +476,6 @@ def test_sinabs_runs_the_nir_paper_s_cnn_as_its_if_neurons_say(dt):
     """sinabs' IF takes no time step (dt = 1, the one its exporter meant), spikes
     several times a step, subtracts the threshold and keeps the membrane at -threshold
     or above. At dt = 1e-4 the equations never spike, and the same explains it."""
-    from nirbridge.conformance.conventions import SINABS_IF
 
     path = EXAMPLES / "NIR__paper__02_cnn__cnn_sinabs.nir"
     result = rows(conformance([path], ["sinabs"], dt=dt, steps=30, python=PEER_PYTHONS))[path.name, "sinabs"]

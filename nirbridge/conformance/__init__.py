@@ -199,8 +199,9 @@ def peer(name: str, python: str, timeout: float = PEER_TIMEOUT) -> Simulator:
             (key, node.observables["output"].data.transpose(1, 0, 2).astype(np.float64))
             for key, node in data.nodes.items()
         )
-        if told.startswith("read with nir "):
-            outputs.note = told
+        notes = [line for line in done.stderr.splitlines() if line.startswith("read with nir ")]
+        if notes:  # the runner's last line, unless a peer printed more at exit
+            outputs.note = notes[-1][:300]
         return outputs
 
     def version() -> str | None:

@@ -33,7 +33,8 @@ from collections.abc import Mapping
 
 import torch
 
-from ..engine.schedule import Level
+from ..engine.schedule import Level, node_input
+from ..graph_module import add_delayed
 
 CONNECTIONS = frozenset({"Affine", "Linear", "Conv1d", "Conv2d", "Scale"})
 """NIR types counted as synaptic connections."""
@@ -99,17 +100,17 @@ class Sources:
         return _numbers(self.records[key])
 
     def input_of(self, level: Level, name: str, parents: tuple[tuple[Level, str], ...] = ()) -> torch.Tensor:
-        """The summed input of node ``name`` at every step: direct edges as they are,
-        delayed edges one step late (zero at the first step)."""
-        total: torch.Tensor | None = None
-        for source, delayed in level.incoming.get(name, []):
-            value = self.value(level, source, parents)
-            if delayed:
-                value = late(value)
-            total = value if total is None else total + value
-        if total is None:
+        """The summed input of node ``name`` at every step, added as a step adds it
+        (:func:`nirbridge.engine.schedule.node_input`: direct edges in edge order, then
+        the delayed ones, one step late and zero at the first step)."""
+        incoming = level.incoming.get(name, [])
+        direct = [self.value(level, source, parents) for source, delayed in incoming if not delayed]
+        previous = [late(self.value(level, source, parents)) for source, delayed in incoming if delayed]
+        if direct:
+            return node_input(direct, previous)
+        if not previous:
             raise MissingRecord(level.prefix + name)
-        return total
+        return add_delayed(previous[0], *previous[1:])
 
 
 def _numbers(value: torch.Tensor) -> torch.Tensor:

@@ -122,26 +122,21 @@ CONVENTIONS: tuple[Convention, ...] = (
 
 
 def combined(a: Convention, b: Convention) -> Convention:
-    """Both conventions at once (``"r ignored + one-step lag"``)."""
-    return Convention(
-        f"{a.name} + {b.name}",
-        fixed_dt=a.fixed_dt if a.fixed_dt is not None else b.fixed_dt,
-        ignore=tuple(dict.fromkeys(a.ignore + b.ignore)),
-        subtractive=a.subtractive or b.subtractive,
-        lag=a.lag + b.lag,
-        dt_from_r=a.dt_from_r or b.dt_from_r,
-        multispike=a.multispike or b.multispike,
-        clamp=a.clamp or b.clamp,
-        steps_decay=a.steps_decay or b.steps_decay,
-        float32=a.float32 or b.float32,
-        at_threshold=a.at_threshold or b.at_threshold,
-        current_leak=a.current_leak or b.current_leak,
-        neuron=a.neuron or b.neuron,
-        neuron_lag=a.neuron_lag or b.neuron_lag,
-        nirtorch_order=a.nirtorch_order or b.nirtorch_order,
-        loop_input_direct=a.loop_input_direct or b.loop_input_direct,
-        loop_bias_dropped=a.loop_bias_dropped or b.loop_bias_dropped,
-    )
+    """Both conventions at once (``"r ignored + one-step lag"``): the names joined, the
+    ignored fields and the lags added up, and of every other field the first that is
+    set (a ``True`` flag, a time step, a simulator's neurons)."""
+    merged: dict[str, Any] = {}
+    for field in dataclasses.fields(Convention):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if field.name == "name":
+            merged["name"] = f"{x} + {y}"
+        elif field.name == "ignore":
+            merged["ignore"] = tuple(dict.fromkeys(x + y))
+        elif field.name == "lag":
+            merged["lag"] = x + y
+        else:
+            merged[field.name] = x if x is not None and x is not False else y
+    return Convention(**merged)
 
 
 SINABS_IF = Convention(
@@ -218,21 +213,25 @@ def candidates() -> list[Convention]:
 _NEUTRAL = {"r": 1.0, "w_in": 1.0, "v_leak": 0.0, "v_reset": 0.0}
 
 
+def _copy_and_levels(graph: nir.NIRGraph) -> tuple[nir.NIRGraph, list[nir.NIRGraph]]:
+    """A deep copy of ``graph``, and it with every graph nested in it (to rewrite)."""
+    from ..graph import _levels
+
+    graph = copy.deepcopy(graph)
+    return graph, [level for level, _ in _levels(graph)]
+
+
 def _rewritten(graph: nir.NIRGraph, ignore: tuple[str, ...]) -> nir.NIRGraph:
     """A copy of ``graph`` with the ``ignore``d neuron fields set to their neutral value."""
-    graph = copy.deepcopy(graph)
-
-    def visit(g: nir.NIRGraph) -> None:
-        for node in g.nodes.values():
-            if isinstance(node, nir.NIRGraph):
-                visit(node)
+    graph, levels = _copy_and_levels(graph)
+    for level in levels:
+        for node in level.nodes.values():
+            if isinstance(node, (nir.NIRGraph, nir.Affine, nir.Linear)):
                 continue
             for field in ignore:
                 value = getattr(node, field, None)
-                if isinstance(value, np.ndarray) and not isinstance(node, (nir.Affine, nir.Linear)):
+                if isinstance(value, np.ndarray):
                     setattr(node, field, np.full_like(value, _NEUTRAL[field], dtype=np.float64))
-
-    visit(graph)
     return graph
 
 
@@ -450,26 +449,20 @@ def _lagged(graph: nir.NIRGraph, dt: float) -> nir.NIRGraph:
     """A copy of ``graph`` with a one-step Delay after each IF, LIF and CubaLIF on its
     edges to nodes outside its own loop (spyx's neurons emit the spike of the state
     they start the step with; around a loop, the loop's delayed edge is that step)."""
-    graph = copy.deepcopy(graph)
-
-    def visit(g: nir.NIRGraph) -> None:
-        for name, node in list(g.nodes.items()):
-            if isinstance(node, nir.NIRGraph):
-                visit(node)
-                continue
+    graph, levels = _copy_and_levels(graph)
+    for level in levels:
+        for name, node in list(level.nodes.items()):
             if not isinstance(node, (nir.IF, nir.LIF, nir.CubaLIF)):
                 continue
-            edges = [tuple(e) for e in g.edges]
+            edges = [tuple(e) for e in level.edges]
             late = [i for i, (a, b) in enumerate(edges) if a == name and not _reaches(edges, b, name)]
             if not late:
                 continue
             lag = f"{name}__one_step_late"
             shape = np.asarray(node.v_threshold).shape
-            g.nodes[lag] = nir.Delay(delay=np.full(shape, dt, dtype=np.float64))
-            g.edges = [(lag, b) if i in late else (a, b) for i, (a, b) in enumerate(edges)]
-            g.edges.append((name, lag))
-
-    visit(graph)
+            level.nodes[lag] = nir.Delay(delay=np.full(shape, dt, dtype=np.float64))
+            level.edges = [(lag, b) if i in late else (a, b) for i, (a, b) in enumerate(edges)]
+            level.edges.append((name, lag))
     return graph
 
 
@@ -477,17 +470,12 @@ def _loop_bias_dropped(graph: nir.NIRGraph) -> nir.NIRGraph:
     """A copy of ``graph`` whose Affine nodes on a loop (recurrent weights) have a zero
     bias: spyx's recurrent neurons and rockpool's ``LIFTorch(has_rec=True)`` hold the
     weight alone."""
-    graph = copy.deepcopy(graph)
-
-    def visit(g: nir.NIRGraph) -> None:
-        edges = [tuple(e) for e in g.edges]
-        for name, node in g.nodes.items():
-            if isinstance(node, nir.NIRGraph):
-                visit(node)
-            elif isinstance(node, nir.Affine) and _reaches(edges, name, name):
+    graph, levels = _copy_and_levels(graph)
+    for level in levels:
+        edges = [tuple(e) for e in level.edges]
+        for name, node in level.nodes.items():
+            if isinstance(node, nir.Affine) and _reaches(edges, name, name):
                 node.bias = np.zeros_like(node.bias)
-
-    visit(graph)
     return graph
 
 
@@ -533,23 +521,16 @@ def _loop_input_direct(graph: nir.NIRGraph) -> nir.NIRGraph:
     neuron, an Affine or Linear, Output) takes its input straight into the neuron: spyx
     and rockpool build one recurrent neuron from such a subgraph, ``v += x + W s``,
     however the file wires the input (spyx 1.0's own export sends it through W)."""
-    graph = copy.deepcopy(graph)
-
-    def visit(g: nir.NIRGraph) -> None:
-        for node in g.nodes.values():
-            if not isinstance(node, nir.NIRGraph):
-                continue
-            visit(node)
-            kinds = {type(v): k for k, v in node.nodes.items()}
-            neuron = next((kinds[t] for t in (nir.IF, nir.LIF, nir.CubaLIF) if t in kinds), None)
-            weight = next((kinds[t] for t in (nir.Affine, nir.Linear) if t in kinds), None)
-            source = kinds.get(nir.Input)
-            if len(node.nodes) != 4 or neuron is None or weight is None or source is None:
-                continue
-            edges = [tuple(e) for e in node.edges]
-            node.edges = [(a, neuron) if (a, b) == (source, weight) else (a, b) for a, b in edges]
-
-    visit(graph)
+    graph, levels = _copy_and_levels(graph)
+    for level in levels[1:]:  # the subgraphs; the top level is no recurrent neuron of theirs
+        kinds = {type(v): k for k, v in level.nodes.items()}
+        neuron = next((kinds[t] for t in (nir.IF, nir.LIF, nir.CubaLIF) if t in kinds), None)
+        weight = next((kinds[t] for t in (nir.Affine, nir.Linear) if t in kinds), None)
+        source = kinds.get(nir.Input)
+        if len(level.nodes) != 4 or neuron is None or weight is None or source is None:
+            continue
+        edges = [tuple(e) for e in level.edges]
+        level.edges = [(a, neuron) if (a, b) == (source, weight) else (a, b) for a, b in edges]
     return graph
 
 

@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .jit import njit
+
 try:
     import llvmlite.binding as llvm
     import numba
@@ -488,9 +490,9 @@ def kernel(name: str) -> Any:
     """The compiled ``"scan"``, ``"scan backward"``, ``"loop"``, ``"loop backward"`` or
     ``"linear"``, built (or loaded from numba's disk cache) on first use."""
     if name not in _COMPILED:
-        _COMPILED[name] = numba.njit(**OPTIONS)(_SOURCES[name])
+        _COMPILED[name] = njit(_SOURCES[name], OPTIONS)
     return _COMPILED[name]
 
 
 if numba is not None:  # the loop kernel calls the compiled product (and so does the probe)
-    _linear_rows = _COMPILED["linear"] = numba.njit(**OPTIONS)(_linear_rows)
+    _linear_rows = _COMPILED["linear"] = njit(_linear_rows, OPTIONS)

@@ -59,7 +59,7 @@ from torch import nn
 
 from .errors import NirBridgeError, ParameterError
 from .limits import allocation_failure, check_memory
-from .state import State, StateError
+from .state import State, StateError, same_form
 
 __all__ = [
     "NativeModelError",
@@ -97,9 +97,11 @@ class _Wrapper(nn.Module):
 
 
 class Stateless(_Wrapper):
-    """``Stateless(model)``: the model keeps no state between calls, so :func:`nirbridge.run`
-    calls it once over all ``T·B`` rows of a sequence (a custom layer nirbridge cannot
-    vouch for)."""
+    """``Stateless(model)``: the model keeps no state between calls and treats the rows of
+    its input alone, so :func:`nirbridge.run` calls it once over all ``T·B`` rows of a
+    sequence (a custom layer nirbridge cannot vouch for). torch's own layers that mix
+    rows (softmax over dim 0 or an implicit dim, batch norm or dropout in training
+    mode, attention) are still stepped, ``model(x[t])`` per step."""
 
 
 class Steps(_Wrapper):
@@ -178,16 +180,17 @@ class NativeSimulator:
             setattr(module, name, value)
 
     def snapshot(self, module: nn.Module) -> Any:
-        """What a run may change in a :meth:`keeps_state` module besides its buffers
-        (which every run puts back for every module): the tensors among its attributes."""
-        return {k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor)}
+        """What a run may change in a module besides its buffers (which every run puts
+        back for every module): its public attributes, whatever their type (a neuron's
+        ``mem``, a ``reset_mechanism`` or a Python counter a forward rebinds)."""
+        return {k: v for k, v in vars(module).items() if not k.startswith("_")}
 
     def restore(self, module: nn.Module, snapshot: Any) -> None:
         """Undo a run: :meth:`snapshot` 's attributes back, those the run added gone."""
-        for key in [k for k, v in vars(module).items() if isinstance(v, torch.Tensor) and k not in snapshot]:
-            delattr(module, key)
-        for key, value in snapshot.items():
-            object.__setattr__(module, key, value)
+        attributes = vars(module)
+        for key in [k for k in attributes if not k.startswith("_") and k not in snapshot]:
+            del attributes[key]
+        attributes.update(snapshot)
 
     def dt(self, module: nn.Module) -> float | None:
         """``module``'s own time step in seconds, or None."""
@@ -259,6 +262,50 @@ def _known_stateless(module: nn.Module) -> bool:
     return type(module).__module__.startswith(("torch.nn.modules.", "nirbridge.layers"))
 
 
+_ROWWISE = tuple(
+    getattr(nn, name)
+    for name in (
+        "Identity Linear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d "
+        "MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d LPPool1d LPPool2d LPPool3d "
+        "AdaptiveAvgPool1d AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d "
+        "AdaptiveMaxPool3d ReLU ReLU6 LeakyReLU PReLU ELU SELU CELU GELU SiLU Mish Sigmoid Tanh Hardtanh "
+        "Hardsigmoid Hardswish Softplus Softsign Tanhshrink Threshold LogSigmoid Hardshrink Softshrink "
+        "LayerNorm GroupNorm RMSNorm LocalResponseNorm Embedding Upsample PixelShuffle PixelUnshuffle "
+        "ZeroPad1d ZeroPad2d ZeroPad3d ConstantPad1d ConstantPad2d ConstantPad3d ReflectionPad1d "
+        "ReflectionPad2d ReflectionPad3d ReplicationPad1d ReplicationPad2d ReplicationPad3d"
+    ).split()
+    if hasattr(nn, name)
+)
+"""torch.nn leaves that compute each row of their input's leading axis from that row
+alone, whatever that axis holds: a batch ``[B, ...]`` or the rows ``[T·B, ...]``."""
+
+
+def _rowwise(module: nn.Module) -> bool | None:
+    """Whether ``module`` (any module of a stateless model, containers included) treats
+    the rows of its input's leading axis independently, so that ``[T·B, ...]`` in one
+    call gives what a loop over the T steps gives: True, False (a torch.nn module known
+    to mix them: softmax over dim 0 or an implicit dim, batch statistics, attention,
+    dropout drawing its masks in another order), or None (a forward nirbridge cannot read)."""
+    kind = type(module)
+    if isinstance(module, nn.Sequential):
+        return kind.forward is nn.Sequential.forward or None
+    if kind in (nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.GLU):
+        return module.dim is not None and module.dim >= 1  # dim 0, None (implicit) or < 0 may be axis 0
+    if kind is nn.Flatten:
+        return module.start_dim >= 1 and (module.end_dim < 0 or module.end_dim >= module.start_dim)
+    if kind is nn.Unflatten:
+        return isinstance(module.dim, int) and module.dim >= 1
+    if isinstance(module, nn.modules.batchnorm._NormBase) and kind.__module__.startswith("torch.nn.modules."):
+        return not module.training  # in training: statistics over the rows given
+    if isinstance(module, nn.modules.dropout._DropoutNd) and kind.__module__.startswith("torch.nn.modules."):
+        return not module.training  # in training: the masks of all T·B rows drawn at once
+    if kind in _ROWWISE or kind.__module__.startswith("nirbridge.layers"):
+        return True
+    if kind.__module__.startswith("torch.nn.modules."):
+        return False  # attention, transformers, Softmax2d, ... (rows mixed, or unknown to nirbridge)
+    return None
+
+
 # ----------------------------------------------------------------------------- plan
 
 
@@ -293,6 +340,9 @@ class NativePlan:
     several_calls: bool = False
     reset: Callable[[nn.Module], Any] | None = None
     folded: frozenset[str] = frozenset()
+    rows: bool = False
+    """``"stateless"`` form: one call over all ``T·B`` rows (every module row-wise, or
+    ``Stateless``); else one call per step, as the model's own loop calls it."""
 
 
 def _wrap_hint(name: str) -> str:
@@ -327,8 +377,9 @@ def plan(module: nn.Module) -> NativePlan:
     common = dict(
         holders=holders, neurons=neurons, simulators=simulators, dt=dt, dt_from=dt_from, folded=folded
     )
-    if isinstance(wrapper, Stateless):
-        return NativePlan(model, "stateless", False, (), **common)
+    if isinstance(wrapper, Stateless):  # the user vouches for its layers; torch's own that mix rows step
+        rows = all(_rowwise(m) is not False for m in model.modules())
+        return NativePlan(model, "stateless", False, (), rows=rows, **common)
     if isinstance(wrapper, WholeSequence):
         return NativePlan(model, "hidden", True, (), **common)
     if isinstance(wrapper, Steps):
@@ -404,7 +455,8 @@ def plan(module: nn.Module) -> NativePlan:
             f"{'keeps' if len(unknown) == 1 else 'keep'} state between calls or "
             f"{'mixes' if len(unknown) == 1 else 'mix'} the rows of a batch. {_wrap_hint('model')}"
         )
-    return NativePlan(model, "stateless", False, (), **common)
+    rows = all(_rowwise(m) for m in model.modules())
+    return NativePlan(model, "stateless", False, (), rows=rows, **common)
 
 
 def _modes(model: nn.Module, owner: Mapping[int, NativeSimulator]) -> set[bool]:
@@ -494,7 +546,9 @@ class _Recorder:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             out = _first(output)
             if isinstance(out, torch.Tensor):
-                self.calls[path].append(out)
+                # a copy: a later in-place op (ReLU(inplace=True)) must not change what was recorded;
+                # clone keeps autograd's graph, so records stay differentiable
+                self.calls[path].append(out.clone())
 
         return hook
 
@@ -595,28 +649,34 @@ def run_native(
         if problem is not None:
             unrecorded["*"] = f"its layers have no NIR names: the export failed ({problem})"
         names = _chosen(names, record, type(native.model).__name__)
-    recorder = _Recorder(native.model, names, native.folded) if names else None
-    spikes: list[Any] = []  # the neurons' outputs at the first step, kept (so no id is reused)
-    spike_hooks = [
-        m.register_forward_hook(lambda _m, _a, out: spikes.append(_first(out)))
-        for m in native.neurons.values()
-    ]
-    snapshots = {path: (m, sim, sim.snapshot(m)) for path, (m, sim) in native.holders.items()}
+    owners = {id(m): sim for m, sim in native.holders.values()}
+    snapshots = [(m, owners.get(id(m), _TORCH)) for m in native.model.modules()]
+    snapshots = [(m, sim, sim.snapshot(m)) for m, sim in snapshots]  # every module's attributes
     buffers = _buffers(native.model)  # neurons' state, batch norm's statistics
-    calls: dict[str, int] = {}
-    counters = [
-        m.register_forward_hook(lambda _m, _a, _o, path=path: calls.__setitem__(path, calls.get(path, 0) + 1))
-        for path, (m, _) in native.holders.items()
-    ]
+    recorder: _Recorder | None = None
+    spike_hooks: list[Any] = []
+    counters: list[Any] = []
     try:
-        passed = _start(native, state, batch)
+        passed = _start(native, state, x, lambda: _put_back(snapshots, buffers))
+        recorder = _Recorder(native.model, names, native.folded) if names else None
+        spikes: list[Any] = []  # the neurons' outputs at the first step, kept (so no id is reused)
+        spike_hooks = [
+            m.register_forward_hook(lambda _m, _a, out: spikes.append(_first(out)))
+            for m in native.neurons.values()
+        ]
+        calls: dict[str, int] = {}
+        counters = [
+            m.register_forward_hook(
+                lambda _m, _a, _o, path=path: calls.__setitem__(path, calls.get(path, 0) + 1)
+            )
+            for path, (m, _) in native.holders.items()
+        ]
         output, passed, spiking_output = _loop(
             native, x, passed, spikes, spike_hooks, calls, counters, on_step
         )
-        stepped = not native.sequence and native.form != "stateless"
-        records, problems = (
-            recorder.result(steps, batch, stepped, native.form == "stateless") if recorder else ({}, {})
-        )
+        flat = native.form == "stateless" and native.rows
+        stepped = not native.sequence and not flat
+        records, problems = recorder.result(steps, batch, stepped, flat) if recorder else ({}, {})
         unrecorded.update(problems)
         spiking = frozenset(
             node
@@ -636,9 +696,7 @@ def run_native(
             handle.remove()
         if recorder is not None:
             recorder.remove()
-        for m, sim, snap in snapshots.values():
-            sim.restore(m, snap)
-        _restore_buffers(buffers)
+        _put_back(snapshots, buffers)
     return NativeResult(output, new_state, records, spiking, spiking_output, run_dt, dt_from, unrecorded)
 
 
@@ -662,15 +720,50 @@ def _chosen(names: dict[str, list[str]], record: Any, model: str) -> dict[str, l
     return {path: nodes for path, nodes in names.items() if any(n in wanted for n in nodes)}
 
 
-def _start(native: NativePlan, state: Any, batch: int) -> Any:
-    """Reset the model to its own initial state, or load the ``state`` of an earlier run;
-    the state its forward is passed at the first step."""
-    if state is None:
-        if native.reset is not None:
-            native.reset(native.model)
+def _reset(native: NativePlan) -> None:
+    """The model back to its own initial state (the wrapper's reset, or the simulators')."""
+    if native.reset is not None:
+        native.reset(native.model)
+    else:
+        for module, sim in native.holders.values():
+            sim.reset(module)
+
+
+def _put_back(snapshots: list[tuple[nn.Module, NativeSimulator, Any]], buffers: Buffers) -> None:
+    """Every module's attributes and buffers as they were before the run."""
+    for m, sim, snap in snapshots:
+        sim.restore(m, snap)
+    _restore_buffers(buffers)
+
+
+def _template(native: NativePlan, x: torch.Tensor) -> dict[str, Any]:
+    """The state a fresh run of the model over ``x``'s batch holds after its first step
+    (one call over ``x[:1]`` for a whole-sequence model): what a state passed in must
+    match. Stepped without autograd, on forked random generators; the caller puts the
+    model back after."""
+    name = type(native.model).__name__
+    devices = [x.device] if x.device.type == "cuda" else []
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        _reset(native)
+        first = x[:1] if native.sequence else x[0]
+        passed = None
+        if native.form == "state":
+            _, passed = _pair(native.model(first, state=None), name)
+        elif native.form == "arguments":
+            _, passed = _split(native.model(first), native.arguments, name)
         else:
-            for module, sim in native.holders.values():
-                sim.reset(module)
+            native.model(first)
+        hidden = {path: dict(sim.variables(m)) for path, (m, sim) in native.holders.items()}
+    return {PASSED: passed, HIDDEN: hidden}
+
+
+def _start(native: NativePlan, state: Any, x: torch.Tensor, put_back: Callable[[], None]) -> Any:
+    """Reset the model to its own initial state, or load the ``state`` of an earlier run,
+    checked against the state a fresh run of the model over ``x``'s batch returns
+    (:func:`_template`); the state its forward is passed at the first step."""
+    batch = x.shape[1]
+    if state is None:
+        _reset(native)
         return None
     name = type(native.model).__name__
     expected = ({PASSED} if native.form in ("state", "arguments") else set()) | (
@@ -704,16 +797,14 @@ def _start(native: NativePlan, state: Any, batch: int) -> Any:
                 f"state[{HIDDEN!r}]: {name} keeps state in {sorted(native.holders)}; got {given}. It comes "
                 "from another model: pass state=None"
             )
-        for path, (module, sim) in native.holders.items():
-            for var, value in dict(hidden[path]).items():
-                if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] not in (1, batch):
-                    raise StateError(
-                        f"state[{HIDDEN!r}][{path!r}][{var!r}] has batch {value.shape[0]}, the input batch "
-                        f"{batch}: a state continues the same samples; pass state=None to start afresh"
-                    )
-            sim.reset(module)
-            sim.load(module, hidden[path])
-    return passed
+    template = _template(native, x)
+    put_back()  # the template's step undone: attributes, buffers, random state
+    for key in sorted(expected):
+        same_form(state[key], template[key], f"state[{key!r}]", name, batch)
+    for path, (module, sim) in native.holders.items():
+        sim.reset(module)
+        sim.load(module, state[HIDDEN][path])
+    return state.get(PASSED)
 
 
 Buffers = list[tuple[nn.Module, dict[str, Any], dict[str, torch.Tensor]]]
@@ -753,7 +844,7 @@ def _loop(
 ) -> tuple[torch.Tensor, Any, bool]:
     model, name = native.model, type(native.model).__name__
     steps, batch = x.shape[0], x.shape[1]
-    if native.form == "stateless" or native.sequence:
+    if (native.form == "stateless" and native.rows) or native.sequence:
         flat = native.form == "stateless"
         given = x.reshape(steps * batch, *x.shape[2:]) if flat else x
         try:

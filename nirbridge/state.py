@@ -21,6 +21,7 @@ copy holds those values detached, as a snapshot must.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -102,3 +103,57 @@ pytree.register_pytree_node(
     serialized_type_name="nirbridge.state.State",
     flatten_with_keys_fn=_flatten_with_keys,
 )
+
+
+def same_form(given: Any, expected: Any, at: str, name: str, batch: int) -> None:
+    """Raise :class:`StateError` where ``given`` (a state passed in, or a part of it at
+    ``at``) is not of the form ``expected`` (what ``name`` keeps there for a batch of
+    ``batch``): the same mapping keys, sequence types (NamedTuples by class) and
+    lengths, and tensors of the same shape, dtype and device."""
+    again = "pass the state an earlier run of this model returned, unchanged, or state=None to start afresh"
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(given, torch.Tensor):
+            raise StateError(f"{at} is {type(given).__name__}, {name} keeps a tensor there; {again}")
+        if given.shape != expected.shape:
+            if given.dim() == expected.dim() >= 1 and given.shape[1:] == expected.shape[1:]:
+                raise StateError(
+                    f"{at} has batch {given.shape[0]}, the input batch {batch}: a state continues the same "
+                    "samples; pass state=None to start afresh"
+                )
+            raise StateError(
+                f"{at} has shape {list(given.shape)}, {name} keeps {list(expected.shape)} there for a batch "
+                f"of {batch}: the state comes from another model; {again}"
+            )
+        if given.dtype != expected.dtype:
+            raise StateError(
+                f"{at} is {given.dtype}, {name} keeps {expected.dtype} there; convert the state with the "
+                f"model (tree_map(lambda t: t.to({expected.dtype}), state)), or {again}"
+            )
+        if given.device != expected.device:
+            raise StateError(
+                f"{at} is on {given.device}, {name} keeps it on {expected.device}; move the state with the "
+                f"model (tree_map(lambda t: t.to('{expected.device}'), state)), or {again}"
+            )
+        return
+    if isinstance(expected, Mapping):
+        if not isinstance(given, Mapping) or set(given) != set(expected):
+            got = sorted(map(str, given)) if isinstance(given, Mapping) else type(given).__name__
+            raise StateError(f"{at}: {name} keeps {sorted(map(str, expected))} there, got {got}; {again}")
+        for key in expected:
+            same_form(given[key], expected[key], f"{at}[{key!r}]", name, batch)
+        return
+    if isinstance(expected, (tuple, list)):
+        if type(given) is not type(expected) or len(given) != len(expected):
+            what = type(given).__name__ + (f" of {len(given)}" if isinstance(given, (tuple, list)) else "")
+            raise StateError(
+                f"{at} is a {what}, {name} keeps a {type(expected).__name__} of {len(expected)} there; "
+                + again
+            )
+        fields = getattr(expected, "_fields", None)
+        for i, (g, e) in enumerate(zip(given, expected)):
+            same_form(g, e, f"{at}.{fields[i]}" if fields else f"{at}[{i}]", name, batch)
+        return
+    if type(given) is not type(expected) or (expected is None and given is not None):
+        raise StateError(
+            f"{at} is {type(given).__name__}, {name} keeps {type(expected).__name__} there; {again}"
+        )

@@ -889,3 +889,160 @@ def test_a_whole_sequence_call_that_changes_the_time_axis_is_refused_not_reinter
         nirbridge.run(nirbridge.native.WholeSequence(Doubles()), x)
     with pytest.raises(nirbridge.NirBridgeError, match=r"returned \[40, 12\] for the sequence \[T\*B=20"):
         nirbridge.run(nirbridge.native.Stateless(Doubles()), x)
+
+
+# ----------------------------------------------------------------------------- hostile states (proposed)
+
+
+def _as_lists(value):
+    """A state with every tuple, NamedTuple and dict turned into a list (a state rebuilt by hand)."""
+    if isinstance(value, dict):
+        return (
+            {k: _as_lists(v) if k in ("passed", "hidden") else v for k, v in value.items()}
+            if set(value) <= {"passed", "hidden"}
+            else [_as_lists(v) for v in value.values()]
+        )
+    if isinstance(value, (tuple, list)):
+        return [_as_lists(v) for v in value]
+    return value
+
+
+STATEFUL = [f for f in FORMS if f not in ("torch stateless",)]
+
+
+@pytest.mark.parametrize("form", STATEFUL)
+def test_a_state_of_another_batch_width_dtype_or_form_is_refused_and_the_model_left_as_found(form):
+    from torch.utils import _pytree as pytree
+    from torch.utils._pytree import tree_map
+
+    x = spikes(steps=4)
+    with torch.no_grad():
+        model = FORMS[form]()
+        own = nirbridge.run(model, x).state
+        other_batch = nirbridge.run(model, spikes(steps=4, batch=2)).state
+    bad = {
+        "another batch": other_batch,
+        "float64": tree_map(lambda t: t.double() if isinstance(t, torch.Tensor) else t, own),
+    }
+    if pytree.tree_structure(_as_lists(own)) != pytree.tree_structure(dict(own)):
+        bad["lists"] = _as_lists(own)
+    try:
+        with torch.no_grad():
+            bad["another width"] = nirbridge.run(FORMS[form](n=16), x).state
+    except TypeError:
+        pass  # the form has no width argument
+    if "hidden" in own:
+        path = next(iter(own["hidden"]))
+        bad["an extra variable"] = {
+            **own,
+            "hidden": {**own["hidden"], path: {**own["hidden"][path], "extra": 1.0}},
+        }
+    before = hidden_variables(model)
+    attributes = {p: dict(vars(m)) for p, m in model.named_modules()}
+    for what, state in bad.items():
+        with pytest.raises(nirbridge.StateError):
+            with torch.no_grad():
+                nirbridge.run(model, x, state=state)
+        after = hidden_variables(model)
+        assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before), what
+        assert {p: dict(vars(m)) for p, m in model.named_modules()}.keys() == attributes.keys(), what
+        for p, m in model.named_modules():
+            assert vars(m).keys() == attributes[p].keys(), (what, p)
+    with torch.no_grad():  # the state of its own run still continues it
+        nirbridge.run(model, x, state=own)
+
+
+def test_a_model_is_left_as_found_when_forward_raises():
+    class Boom(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(5, 8)
+            self.lif = snn.Leaky(beta=0.9, init_hidden=True, **ZERO)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            if self.calls == 3:
+                raise ValueError("boom")
+            return self.lif(self.fc(x))
+
+    model = Boom()
+    with pytest.raises(ValueError, match="boom"), torch.no_grad():
+        nirbridge.run(model, spikes(steps=5))
+    assert model.calls == 0
+
+
+def test_a_record_is_not_changed_by_a_later_in_place_op():
+    from nirbridge.native import run_native
+
+    x = torch.randn(4, 3, 5)
+    for model in (
+        nn.Sequential(nn.Linear(5, 6), nn.ReLU(inplace=True), nn.Linear(6, 2)),  # one call over T·B rows
+        nn.Sequential(nn.Linear(5, 6), nn.ReLU(inplace=True), snn.Leaky(beta=0.9, init_hidden=True, **ZERO)),
+    ):
+        with torch.no_grad():
+            result = run_native(model, x, record="outputs", layers={"fc": "0"})
+            assert (model[0](x) < 0).any()
+            torch.testing.assert_close(result.records["fc"], model[0](x))
+
+
+class Centered(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(5, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y - y.mean(0)
+
+
+@pytest.mark.parametrize(
+    "model, x",
+    [
+        (nn.Sequential(nn.Linear(5, 6), nn.Softmax(dim=0)), torch.randn(4, 3, 5)),
+        (nn.Sequential(nn.Linear(5, 6), nn.LogSoftmax(dim=0)), torch.randn(4, 3, 5)),
+        (nn.Sequential(nn.Linear(5, 6), nn.Softmax()), torch.randn(4, 3, 2, 5)),  # implicit dim 0 in 3-D
+        (nn.Sequential(nn.Softmax(dim=-1)), torch.randn(4, 3)),  # -1 is the batch axis of [B]
+        (
+            nn.Sequential(
+                nn.TransformerEncoder(
+                    nn.TransformerEncoderLayer(8, 2, 16, 0.0), 1, enable_nested_tensor=False
+                )
+            ).eval(),
+            torch.randn(4, 3, 8),
+        ),  # [B, E] is one unbatched sequence: attention over the batch
+        (Centered(), torch.randn(4, 3, 5)),  # a forward nirbridge cannot read
+        (nn.Sequential(nn.Linear(5, 6), nn.Dropout(0.5)).train(), torch.randn(4, 3, 5)),
+    ],
+    ids=[
+        "softmax0",
+        "logsoftmax0",
+        "softmax-implicit",
+        "softmax-1-on-1d",
+        "transformer",
+        "custom",
+        "dropout",
+    ],
+)
+@pytest.mark.filterwarnings("ignore:Implicit dimension choice")
+def test_stateless_models_that_mix_rows_run_step_by_step_as_their_own_loop(model, x):
+    from nirbridge.native import plan
+
+    assert plan(model).form == "stateless" and not plan(model).rows
+    with torch.no_grad():
+        torch.manual_seed(1)
+        expected = torch.stack([model(x_t) for x_t in x])
+        torch.manual_seed(1)
+        assert torch.equal(nirbridge.run(model, x).output, expected)
+
+
+def test_row_wise_stateless_models_still_run_over_all_rows_at_once():
+    from nirbridge.native import plan
+
+    for model in (
+        TorchStateless(),
+        nn.Sequential(nn.Linear(5, 6), nn.ReLU(), nn.Softmax(dim=1), nn.Flatten()),
+    ):
+        assert plan(model).rows
+    assert plan(Stateless(Centered())).rows  # the wrapper vouches for what nirbridge cannot read
+    assert not plan(Stateless(nn.Softmax(dim=0))).rows  # but not for torch's layers that mix rows

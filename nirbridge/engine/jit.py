@@ -24,7 +24,8 @@ what to do.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import CompileWarning
 

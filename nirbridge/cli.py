@@ -23,6 +23,7 @@ warnings are printed as one line each.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -32,7 +33,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -525,6 +526,11 @@ def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | Non
             raise InputError(f"{path}: dataset {name!r} holds {array.dtype}, not numbers or booleans")
         if tuple(array.shape[1:]) == shape:
             array = array[:, None]  # [T, *shape]: a batch of one
+        if tuple(array.shape[2:]) == shape and array.shape[1] == 0:
+            raise InputError(
+                f"{path}: dataset {name!r} has shape {array.shape}: a batch of 0 samples, so nothing would "
+                "run; store [T, B, ...] spikes with B >= 1 (as --batch takes 1 or more)"
+            )
         if tuple(array.shape[2:]) != shape or array.shape[0] == 0:
             raise InputError(
                 f"{path}: dataset {name!r} has shape {array.shape}; input {name!r} takes "
@@ -1079,6 +1085,38 @@ def _native_spec(candidate: str) -> bool:
     return path.endswith(".py") and name.isidentifier()
 
 
+@contextlib.contextmanager
+def _as_script(path: str) -> Iterator[None]:
+    """Run code of ``path`` as ``python path`` would see it: its folder first on
+    ``sys.path`` (so ``from model import Net`` beside it imports) and ``sys.argv`` =
+    ``[path]`` (so an argparse script reads no nirbridge options); both restored after.
+    What it prints goes to stderr, so that it cannot mix with the command's own output."""
+    folder = os.path.dirname(os.path.abspath(path))
+    saved_path, saved_argv = list(sys.path), list(sys.argv)
+    sys.path.insert(0, folder)
+    sys.argv = [path]
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.path[:], sys.argv[:] = saved_path, saved_argv
+
+
+def _script_failed(spec: str, path: str, doing: str, error: BaseException) -> str:
+    """What to say when ``path`` raised ``error`` (SystemExit included) while loaded."""
+    if isinstance(error, SystemExit):
+        code = error.code
+        status = (
+            "" if code in (None, 0) else f" with status {code}" if isinstance(code, int) else f" ({code})"
+        )
+        return (
+            f"--against {spec}: {doing} exited{status} (sys.exit or argparse) before giving a model; "
+            f'nirbridge imports {path} as a module, so add an `if __name__ == "__main__":` guard '
+            "around its script part (argument parsing, training, sys.exit)"
+        )
+    return f"--against {spec}: {doing} failed: {type(error).__name__}: {error}"
+
+
 def _native_model(spec: str, weights: str | None) -> Any:
     """The model FILE.py:NAME names (a class built without arguments, a function that
     returns a model, or a model), with ``weights`` (a state dict) loaded."""
@@ -1095,12 +1133,12 @@ def _native_model(spec: str, weights: str | None) -> Any:
         raise ParameterError(f"--against {spec}: {path} cannot be imported as Python")
     module = importlib.util.module_from_spec(loader)
     sys.modules[module_name] = module  # dataclasses and pickling look classes up here
-    try:
-        loader.loader.exec_module(module)
-    except Exception as error:
-        raise ParameterError(
-            f"--against {spec}: running {path} failed: {type(error).__name__}: {error}"
-        ) from error
+    with _as_script(path):
+        try:
+            loader.loader.exec_module(module)
+        except (Exception, SystemExit) as error:
+            sys.modules.pop(module_name, None)
+            raise ParameterError(_script_failed(spec, path, f"running {path}", error)) from error
     if not hasattr(module, name):
         found = sorted(
             k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.nn.Module)
@@ -1110,13 +1148,16 @@ def _native_model(spec: str, weights: str | None) -> Any:
         )
     value = getattr(module, name)
     if not isinstance(value, torch.nn.Module):
-        try:
-            value = value()
-        except Exception as error:
-            raise ParameterError(
-                f"--against {spec}: {name}() failed ({type(error).__name__}: {error}); NAME must be a model, "
-                "a class built without arguments, or a function returning a model"
-            ) from error
+        with _as_script(path):
+            try:
+                value = value()
+            except SystemExit as error:
+                raise ParameterError(_script_failed(spec, path, f"calling {name}()", error)) from error
+            except Exception as error:
+                raise ParameterError(
+                    f"--against {spec}: {name}() failed ({type(error).__name__}: {error}); NAME must be a "
+                    "model, a class built without arguments, or a function returning a model"
+                ) from error
     if not isinstance(value, torch.nn.Module):
         raise ParameterError(f"--against {spec}: {name} gave a {type(value).__name__}, not a torch.nn.Module")
     if weights is not None:

@@ -92,6 +92,8 @@ class RecordSummary:
 
     def describe(self) -> str:
         """One line: spike totals and rates, or the range of the values."""
+        if self.per_step is None and self.minimum is None:  # a batch of 0 samples: nothing to sum up
+            return "no values: the run had a batch of 0 samples"
         if self.spikes:
             rate = f" ({self.rate:.4g} Hz)" if self.rate is not None else ""
             return (
@@ -934,6 +936,8 @@ def _summarize(key: str, value: torch.Tensor, spikes: bool, dt: float | None) ->
     steps, batch = value.shape[0], value.shape[1]
     neurons = math.prod(value.shape[2:])
     data = value.detach()
+    if batch == 0:  # no sample: no rate, no silent neuron, no range (not NaN, not "all silent")
+        return RecordSummary(key, spikes, neurons, total=0 if spikes else None)
     if spikes:
         total = int(torch.count_nonzero(data))
         per_step = total / max(1, steps * batch * neurons)

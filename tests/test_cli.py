@@ -258,8 +258,11 @@ def test_run_with_random_input_and_bad_input_files(tmp_path):
     with h5py.File(tmp_path / "two.h5", "w") as file:
         file["a"] = np.zeros((5, 12))
         file["b"] = np.zeros((5, 12))
+    with h5py.File(tmp_path / "empty.h5", "w") as file:
+        file["input"] = np.zeros((5, 0, 12))
     results = many(
         [
+            ["run", BRAILLE, "--dt", "1e-4", "--input", tmp_path / "empty.h5"],
             ["run", BRAILLE, "--dt", "1e-4", "--input", tmp_path / "wrong.h5"],
             ["run", BRAILLE, "--dt", "1e-4", "--input", tmp_path / "two.h5"],
             ["run", BRAILLE, "--dt", "1e-4", "--rate", "2"],
@@ -272,6 +275,7 @@ def test_run_with_random_input_and_bad_input_files(tmp_path):
         ]
     )
     expected = [
+        "dataset 'input' has shape (5, 0, 12): a batch of 0 samples, so nothing would run",
         "dataset 'input' has shape (5, 2, 13); input 'input' takes [T, B, 12] or [T, 12]",
         "no dataset for input(s) ['input']; it holds ['a', 'b']",
         "--rate 2.0: a spike probability per step, between 0 and 1",
@@ -350,6 +354,63 @@ def test_verify_takes_a_native_model_from_a_python_file(tmp_path):
     )
     assert stray.returncode == 1 and "--weights loads into a native model" in stray.stderr
     assert "agree" not in stray.stdout  # refused before anything ran
+
+
+SCRIPTS = {
+    "import_exit0.py": "import sys\nprint('training...')\nsys.exit(0)\n",
+    "argparse_script.py": (
+        "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--epochs', type=int)\n"
+        "parser.parse_args()\nraise SystemExit(0)\n"
+    ),
+    "exit_in_net.py": "import sys\ndef Net():\n    sys.exit()\n",
+    "exit_status.py": "raise SystemExit(3)\n",
+}
+
+
+def test_verify_refuses_a_python_file_that_exits_instead_of_giving_a_model(tmp_path):
+    """A script without a main guard (``sys.exit(0)``, argparse reading nirbridge's own
+    options, an exit inside NAME's call) verified nothing: an error naming the file and
+    the guard to add, never status 0."""
+    nirbridge.write(tmp_path / "m.nir", network())
+    for name, text in SCRIPTS.items():
+        (tmp_path / name).write_text(text)
+    results = many([["verify", tmp_path / "m.nir", "--against", f"{tmp_path / n}:Net"] for n in SCRIPTS])
+    for name, result in zip(SCRIPTS, results):
+        assert result.returncode == 1, (name, result.stdout, result.stderr)
+        assert name in result.stderr and 'if __name__ == "__main__":' in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and "agree" not in result.stdout
+        assert "training..." not in result.stdout  # what the file prints goes to stderr
+    assert "exited with status 3" in results[3].stderr
+    assert "calling Net()" in results[2].stderr
+
+
+def test_verify_imports_a_python_file_beside_its_own_modules_as_python_would(tmp_path):
+    """``train.py`` doing ``from model import Net`` loads under the console script, from
+    any working folder, and leaves ``sys.path`` and ``sys.argv`` as they were."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "model.py").write_text(NATIVE_NET)
+    (project / "train.py").write_text("import sys\nfrom model import Net\nassert sys.argv[1:] == []\n")
+    torch.manual_seed(4)
+    sys.path.insert(0, str(project))
+    try:
+        from model import Net
+    finally:
+        sys.path.remove(str(project))
+        sys.modules.pop("model", None)
+    net = Net()
+    from nirbridge.adapters import snntorch as snntorch_adapter
+
+    nirbridge.write(tmp_path / "net.nir", snntorch_adapter.to_nir(net, torch.zeros(1, 6)))
+    torch.save(net.state_dict(), tmp_path / "net.pt")
+    args = ["verify", str(tmp_path / "net.nir"), "--against", f"{project / 'train.py'}:Net"]
+    result = nirbridge_cli(*args, "--weights", tmp_path / "net.pt", "--steps", "20")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "agree" in result.stdout
+    path, argv = list(sys.path), list(sys.argv)
+    CliRunner().invoke(main, [*args, "--steps", "3"])
+    assert sys.path == path and sys.argv == argv
+    sys.modules.pop("model", None)
 
 
 def test_support_prints_the_maps_as_a_table():

@@ -579,3 +579,79 @@ def test_a_run_that_went_on_from_a_state_or_had_no_sample_is_refused():
         nirbridge.run(module, spikes((10, 2, 5), 1), state=first.state, record="metrics").metrics()
     with pytest.raises(MetricsError, match=r"batch size 0"):
         nirbridge.run(module, torch.zeros(10, 0, 5), record="metrics").metrics()
+
+
+def recurrent_forms(n: int = 11) -> tuple[dict[str, nir.NIRGraph], np.ndarray]:
+    """One recurrent network, ``lif ⇄ w_rec``, with its recurrent weight at the top level,
+    nested in a subgraph, and followed by a Scale of ones before the delayed edge."""
+    rng = np.random.default_rng(0)
+    w_in, w_rec = rng.normal(size=(n, 4)) * 2, rng.normal(size=(n, n)) * 0.5
+    w_rec[rng.random((n, n)) < 0.3] = 0
+
+    def lif():
+        return nir.LIF(np.full(n, 2e-3), np.full(n, 10.0), np.zeros(n), np.ones(n), np.zeros(n))
+
+    def outer(rec: nir.NIRNode, extra: dict | None = None, edges: list | None = None) -> nir.NIRGraph:
+        nodes = {"input": nir.Input(np.array([4])), "fc": nir.Linear(w_in), "lif": lif(), "w_rec": rec}
+        nodes.update({**(extra or {}), "output": nir.Output(np.array([n]))})
+        links = [("input", "fc"), ("fc", "lif"), ("lif", "w_rec"), ("lif", "output")]
+        return nir.NIRGraph(nodes=nodes, edges=links + (edges or [("w_rec", "lif")]), type_check=False)
+
+    sub = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(np.array([n])),
+            "w_rec": nir.Linear(w_rec),
+            "output": nir.Output(np.array([n])),
+        },
+        edges=[("input", "w_rec"), ("w_rec", "output")],
+        type_check=False,
+    )
+    return {
+        "top": outer(nir.Linear(w_rec)),
+        "nested": outer(sub),
+        "chain": outer(nir.Linear(w_rec), {"s": nir.Scale(np.ones(n))}, [("w_rec", "s"), ("s", "lif")]),
+    }, w_rec
+
+
+def test_a_recurrent_weight_counts_the_products_that_are_used_wherever_it_sits():
+    """The product of the last step is never used: not at the top level, not nested in a
+    subgraph, not before a stateless node ahead of the delayed edge. Counted against
+    numpy: the spikes of steps 0..T-2 times the non-zero weights they reach."""
+    graphs, w_rec = recurrent_forms()
+    x = (torch.rand(20, 3, 4, generator=torch.Generator().manual_seed(0)) < 0.5).double()
+    counts, outputs = {}, {}
+    for name, graph in graphs.items():
+        result = nirbridge.run(
+            nirbridge.nir_to_torch(graph, dt=1e-3, dtype=torch.float64), x, record="metrics"
+        )
+        rows = {row.name: row for row in result.metrics().layers}
+        counts[name] = rows["w_rec" if name != "nested" else "w_rec.w_rec"].effective_acs
+        outputs[name] = result.output
+    spikes = outputs["top"].detach().numpy()[:-1] != 0  # [T-1, B, n]
+    expected = float((spikes.astype(np.float64) @ (w_rec != 0).T.astype(np.float64)).sum()) / x.shape[1]
+    assert 0 < expected and torch.equal(outputs["top"], outputs["nested"])
+    assert counts == {"top": expected, "nested": expected, "chain": expected}
+
+
+def test_metrics_of_runs_of_different_lengths_add_up_over_values():
+    """``a + b`` of a T = 5 and a T = 100 run: the overall sparsity and the node's own are
+    both zeros over values of the two runs together (equal T weights both as NeuroBench's
+    batch mean does, checked in the DataLoader test above)."""
+    rng = np.random.default_rng(0)
+    graph = nir.NIRGraph.from_list(
+        nir.Linear(rng.normal(size=(8, 5)) * 3),
+        nir.LIF(np.full(8, 5e-3), np.full(8, 5.0), np.zeros(8), np.ones(8), np.zeros(8)),
+    )
+    gm = nirbridge.nir_to_torch(graph, dt=1e-3, dtype=torch.float64)
+    generator = torch.Generator().manual_seed(0)
+    runs = [
+        nirbridge.run(gm, (torch.rand(steps, 2, 5, generator=generator) < 0.5).double(), record="metrics")
+        for steps in (5, 100)
+    ]
+    total = runs[0].metrics() + runs[1].metrics()
+    zeros = sum(int((r.output == 0).sum()) for r in runs)
+    values = sum(r.output.numel() for r in runs)
+    (node,) = total.activation_sparsity_by_layer.values()
+    assert 0 < zeros < values
+    assert total.activation_sparsity == pytest.approx(zeros / values, abs=1e-12)
+    assert node == pytest.approx(zeros / values, abs=1e-12)

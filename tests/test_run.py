@@ -743,5 +743,9 @@ def test_numpy_integers_and_an_empty_batch_are_taken():
         torch.testing.assert_close(
             nirbridge.run(gm, x, chunk=np.int64(3)).output, nirbridge.run(gm, x).output
         )
-        data = nirbridge.run(gm, x[:, :0], record="all").to_nir_data()
+        empty = nirbridge.run(gm, x[:, :0], record="all")
+        data = empty.to_nir_data()
     assert isinstance(data, nir.NIRGraphData)
+    summary = str(empty.summary())
+    assert "nan" not in summary and "silent" not in summary, summary  # no sample: no range, no silence
+    assert "no values: the run had a batch of 0 samples" in summary, summary

@@ -42,6 +42,7 @@ def test_selftest_on_the_cpu_passes_and_its_json_names_every_check():
         "loop probe",
         "bptt compile",
         "bptt triton",
+        "bptt cpu",
         "precision policy",
         "timings",
     ]
@@ -74,6 +75,33 @@ def test_a_kernel_made_to_differ_fails_the_selftest_with_exit_status_1(monkeypat
     )
     assert re.match(r"\d+ check\(s\) failed: .*kernel scan float32", lines[-1]), lines[-1]
     assert any(line.startswith("ok    graph dense triton") for line in lines)  # it fell back to eager: exact
+
+
+def test_the_cpu_back_end_s_gradient_kernels_are_checked_and_a_given_up_back_end_fails(monkeypatch):
+    """``bptt cpu`` runs the reverse-time kernels against eager autograd: ok where they
+    ran and agree, failed where they give other gradients, and failed (with the reason)
+    after the back-end gave its kernels up in this process, where every run is eager."""
+    from nirbridge import selftest as S
+    from nirbridge.engine import cpu as C
+    from nirbridge.engine import cpu_kernels as K
+
+    where = torch.device("cpu")
+    ok, detail = S._bptt("cpu", where)
+    assert ok and "Scan backward" in detail, detail
+    reverse = K.kernel("scan backward")
+
+    def doubled(*arguments):
+        reverse(*arguments)
+        arguments[-13][...] *= 2  # g_pre: the gradient of the input term, into every weight before
+
+    monkeypatch.setitem(K._COMPILED, "scan backward", doubled)
+    ok, detail = S._bptt("cpu", where)
+    assert not ok and "largest difference from eager" in detail, detail
+    monkeypatch.setitem(K._COMPILED, "scan backward", reverse)
+    monkeypatch.setattr(C, "_failed", [RuntimeError("LLVM ERROR: no kernel for you")])
+    for check in (lambda: S._bptt("cpu", where), lambda: S._graph(S._srnn(), "cpu", where)):
+        ok, detail = check()
+        assert not ok and "gave up its numba kernels" in detail and "no kernel for you" in detail, detail
 
 
 def test_cuda_is_proved_where_torch_sees_it_and_refused_in_one_line_elsewhere():

@@ -44,7 +44,7 @@ from typing import Any
 import nir
 import numpy as np
 
-from ..errors import NirBridgeError
+from ..errors import MemoryLimitError, NirBridgeError
 from . import conventions, pack
 from .conventions import Outputs
 
@@ -399,6 +399,13 @@ def conformance(
     """
     from ..io import read
 
+    for label, value in (("steps", steps), ("batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConformanceError(f"conformance({label}={value!r}): give a whole number, 1 or more")
+    if not 0.0 <= rate <= 1.0:  # NaN fails too
+        raise ConformanceError(f"conformance(rate={rate!r}): a spike probability per step, from 0 to 1")
+    if not 0 <= seed < 2**63:
+        raise ConformanceError(f"conformance(seed={seed!r}): give a seed from 0 to 2**63 - 1")
     found = available(python)
     chosen = list(found) if simulators is None else list(simulators)
     unknown = [name for name in chosen if name not in found]
@@ -423,6 +430,8 @@ def conformance(
                 else:
                     inputs = pack.random_inputs(graph, steps, batch, rate, np.random.default_rng(seed))
                 expected = conventions.reference(graph, inputs, step)
+        except MemoryLimitError:  # the command's size, not the file's fault: say it as the error
+            raise
         except Exception as error:  # noqa: BLE001 - a file the reference cannot run is a row
             results.append(Result(path, "nirbridge", False, _one_line(error)))
             continue

@@ -20,6 +20,7 @@ writes it again (the graphs and inputs are seeded, so the files come out the sam
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 
@@ -316,11 +317,23 @@ def random_inputs(
 ) -> dict[str, np.ndarray]:
     """0/1 spikes at ``rate`` ``[steps, batch, ...]`` (float64) for each Input node of
     ``graph``, in node order."""
+    from ..limits import check_memory
+
+    shapes = {
+        key: tuple(int(s) for s in np.asarray(node.input_type["input"]).reshape(-1))
+        for key, node in graph.nodes.items()
+        if isinstance(node, nir.Input)
+    }
+    sizes = [steps * batch * math.prod(shape) for shape in shapes.values()]
+    # float64 spikes for every input, and rng.random's float64 draw and bool mask for the largest
+    check_memory(
+        8 * sum(sizes) + 9 * max(sizes, default=0),
+        f"random input spikes of {steps} steps x batch {batch} ({sum(sizes):,} values in float64)",
+        "give fewer steps or a smaller batch (--steps, --batch)",
+    )
     inputs = {}
-    for key, node in graph.nodes.items():
-        if isinstance(node, nir.Input):
-            shape = tuple(int(s) for s in np.asarray(node.input_type["input"]).reshape(-1))
-            inputs[key] = (rng.random((steps, batch, *shape)) < rate).astype(np.float64)
+    for key, shape in shapes.items():
+        inputs[key] = (rng.random((steps, batch, *shape)) < rate).astype(np.float64)
     return inputs
 
 

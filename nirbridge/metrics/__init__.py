@@ -97,11 +97,19 @@ class Metrics:
             return (x * a + y * b) / (a + b)
 
         layers = tuple(_added(p, q, a, b) for p, q in zip(self.layers, other.layers))
+        spiking = [la for la in layers if la.activation_sparsity is not None]
+        values = sum(la.activations for la in spiking)  # per sample, over both runs
+        if spiking:  # zeros over values of both runs, as each run's own figure and the nodes' are
+            sparsity = (
+                sum(la.activation_sparsity * la.activations for la in spiking) / values if values else 0.0
+            )
+        else:  # no per-node rows to pool (a Metrics built by hand): NeuroBench's mean by samples
+            sparsity = mean(self.activation_sparsity, other.activation_sparsity)
         return Metrics(
             parameter_count=self.parameter_count,
             footprint=self.footprint,
             connection_sparsity=self.connection_sparsity,
-            activation_sparsity=mean(self.activation_sparsity, other.activation_sparsity),
+            activation_sparsity=sparsity,
             activation_sparsity_by_layer={
                 la.name: la.activation_sparsity for la in layers if la.activation_sparsity is not None
             },
@@ -221,7 +229,7 @@ def compute(
             if kind in counting.CONNECTIONS:
                 _check_weighted(lv.modules[name], path, kind)
                 x = sources.input_of(lv, name, parents)
-                if counting.only_delayed_out(lv, name):
+                if counting.only_delayed_out(lv, name, parents):
                     x = counting.late(x)
                 m, a, d = counting.synaptic_operations(lv.modules[name], x)
                 macs, acs, dense = macs + m, acs + a, dense + d

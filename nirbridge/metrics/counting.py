@@ -14,8 +14,9 @@ counts each weight once per output position it reaches, padding excluded). With 
 inputs and all weights set to 1 it is the *dense* count. A step whose inputs are all
 0, 1 or -1 counts as accumulates (``Effective_ACs``), any other as multiply-accumulates
 (``Effective_MACs``). A connection whose every outgoing edge is delayed (a recurrent
-weight) is counted at the step its result is used: its input one step late, as
-snnTorch's ``RLeaky`` multiplies the previous step's spikes.
+weight), also through stateless nodes after it or out of the subgraph it sits in, is
+counted at the step its result is used: its input one step late, as snnTorch's
+``RLeaky`` multiplies the previous step's spikes.
 
 Neurons (IF, LIF, CubaLIF, and LI, I, CubaLI). *Membrane updates*: every neuron at the
 first step, then each neuron whose membrane ``v`` after the step differs from ``v``
@@ -125,12 +126,32 @@ def late(value: torch.Tensor) -> torch.Tensor:
     return shifted
 
 
-def only_delayed_out(level: Level, name: str) -> bool:
-    """Whether every edge leaving ``name`` at its level is delayed (a recurrent weight)."""
+PASS_THROUGH = frozenset({*CONNECTIONS, "Flatten", "AvgPool2d", "SumPool2d", "Threshold"})
+"""Stateless NIR types whose value at a step is used only where their own is: a value
+that reaches the rest of the graph only through them is read when they are."""
+
+
+def only_delayed_out(level: Level, name: str, parents: tuple[tuple[Level, str], ...] = ()) -> bool:
+    """Whether every value leaving ``name`` is read one step late (a recurrent weight):
+    each edge out of it is delayed, or feeds a stateless node (:data:`PASS_THROUGH`)
+    whose own value is read late, or the level's Output node where every edge out of
+    the enclosing subgraph is read late (recursively); so its result at the last step is
+    never used."""
     edges = [
-        delayed for incoming in level.incoming.values() for source, delayed in incoming if source == name
+        (target, delayed)
+        for target, incoming in level.incoming.items()
+        for source, delayed in incoming
+        if source == name
     ]
-    return bool(edges) and all(edges)
+
+    def late(target: str, delayed: bool) -> bool:
+        if delayed:
+            return True
+        if target in level.outputs:
+            return bool(parents) and only_delayed_out(*parents[-1], parents[:-1])
+        return level.types.get(target) in PASS_THROUGH and only_delayed_out(level, target, parents)
+
+    return bool(edges) and all(late(target, delayed) for target, delayed in edges)
 
 
 def synaptic_operations(module: torch.nn.Module, x: torch.Tensor, rows: int = 4096) -> tuple[int, int, int]:

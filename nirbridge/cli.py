@@ -29,6 +29,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 import time
 import warnings
@@ -546,7 +547,9 @@ def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | Non
     return inputs
 
 
-def _outputs_apart(inputs: dict[str, str | None], outputs: dict[str, str | None]) -> None:
+def _outputs_apart(
+    inputs: dict[str, str | None] | list[tuple[str, str | None]], outputs: dict[str, str | None]
+) -> None:
     """Refuse an output path that names an input of the same command or another output,
     also through a symbolic or hard link: writing it would replace what is read (``run
     m.nir --out m.nir`` replaced the model with the recording and exited 0)."""
@@ -558,7 +561,8 @@ def _outputs_apart(inputs: dict[str, str | None], outputs: dict[str, str | None]
             return os.path.realpath(path)
         return (status.st_dev, status.st_ino)
 
-    read = {identity(path): f"{what} {path}" for what, path in inputs.items() if path is not None}
+    pairs = inputs.items() if isinstance(inputs, dict) else inputs  # a list where one option names many
+    read = {identity(path): f"{what} {path}" for what, path in pairs if path is not None}
     written: dict[tuple[int, int] | str, str] = {}
     for what, path in outputs.items():
         if path is None:
@@ -1232,7 +1236,7 @@ def conformance_command(
       nirbridge conformance *.nir --simulators norse,snntorch --json report.json
       nirbridge conformance model.nir --python spyx=/path/to/spyx-venv/bin/python
     """
-    from .conformance import conformance, write_json
+    from .conformance import PEERS, conformance, pack, write_json
     from .hdf5 import regular_file
 
     for path in files:
@@ -1243,9 +1247,28 @@ def conformance_command(
         name, equals, path = entry.partition("=")
         if not (equals and name and path):
             raise ParameterError(f"--python {entry!r}: give NAME=PATH, e.g. spyx=.venv-peers/spyx/bin/python")
-        python[name] = path
+        if name not in PEERS:
+            raise ParameterError(f"--python {entry}: {name!r} is no peer; give one of {', '.join(PEERS)}")
+        if name in python:
+            raise ParameterError(f"--python {entry}: {name} is given twice; give each peer one Python")
+        found = shutil.which(path)  # a path, or a name on PATH
+        if found is None:
+            raise ParameterError(
+                f"--python {entry}: {path} is not an executable file; give the Python of a virtualenv in "
+                f"which {name} imports (make peers builds .venv-peers/{name} in nirbridge's checkout)"
+            )
+        python[name] = os.path.abspath(found)
     if not files and not with_pack:
         raise ParameterError("give .nir FILES, or --pack for the conformance pack (or both)")
+    read: list[tuple[str, str | None]] = []
+    for path in [*files, *(pack.files() if with_pack else [])]:
+        beside = path.removesuffix(".nir") + ".inputs.h5"  # the inputs conformance reads where present
+        read += [
+            ("FILE", path),
+            *([(f"the inputs beside {path}:", beside)] if os.path.exists(beside) else []),
+        ]
+    read += [(f"--python {name}", path) for name, path in python.items()]
+    _outputs_apart(read, {"--json": json_path, "--html": html_path})
     report = conformance(
         files,
         names,

@@ -5,16 +5,21 @@ numpy run of the equations each one changes."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tracemalloc
+from pathlib import Path
 
 import nir
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 import nirbridge
+from nirbridge.cli import main
 from nirbridge.conformance import _REGISTRY as REGISTRY
-from nirbridge.conformance import Simulator, conformance
+from nirbridge.conformance import SILENT, Simulator, available, conformance, peer
 from nirbridge.conformance.conventions import SINABS_IF
 from tests.conftest import EXAMPLES
 
@@ -286,7 +291,8 @@ def test_the_example_files_load_run_or_fail_each_in_its_row():
     ]
     report = conformance([EXAMPLES / n for n in names], ["norse", "snntorch", "nirbridge+norse"], steps=40)
     got = rows(report)
-    assert got[names[0], "norse"].diagnosis == "r ignored"
+    # norse gives no spike here; "r ignored" matched only because its reference is silent too
+    assert got[names[0], "norse"].diagnosis == SILENT
     assert got[names[0], "snntorch"].agreement == 1.0
     assert got[names[1], "norse"].loads and got[names[1], "norse"].error.startswith("fails while running")
     assert (
@@ -308,7 +314,7 @@ def test_the_example_files_load_run_or_fail_each_in_its_row():
         "first_divergence",
         "diagnosis",
     }
-    assert "r ignored" in str(report)
+    assert "diagnosis: dt=1" in str(report)
 
 
 def test_unknown_simulators_are_named_with_those_available(tmp_path):
@@ -550,3 +556,116 @@ def test_a_loop_wired_through_its_weight_and_a_diamond_are_explained_for_spyx_an
         and got["diamond.nir", "rockpool"].diagnosis == "nirtorch's order"
     )
     assert "builds 2 modules for 3 nodes" in got["diamond.nir", "spyx"].error
+
+
+def test_conformance_refuses_an_output_that_is_an_input(tmp_path):
+    """`conformance m.nir --json m.nir` replaced the model with the report and exited 0."""
+    model = separating_graph(tmp_path / "m.nir", 2.0)
+    before = Path(model).read_bytes()
+    (tmp_path / "link.json").symlink_to(model)
+    beside = tmp_path / "m.inputs.h5"
+    beside.write_bytes(b"")  # conformance reads NAME.inputs.h5 beside NAME.nir where it exists
+    base = ["conformance", model, "--simulators", "nirbridge+norse", "--steps", "5"]
+    for extra, option in [
+        (["--json", model], "--json"),
+        (["--html", model], "--html"),
+        (["--json", str(tmp_path / "link.json")], "--json"),
+        (["--html", str(beside)], "--html"),
+    ]:
+        result = CliRunner().invoke(main, [*base, *extra])
+        assert result.exit_code == 1 and "which this command reads" in result.output, result.output
+        assert f"{option} " in result.output
+        assert Path(model).read_bytes() == before
+    same = CliRunner().invoke(main, [*base, "--json", str(tmp_path / "r"), "--html", str(tmp_path / "r")])
+    assert same.exit_code == 1 and "give each output its own path" in same.output
+
+
+def test_peers_are_never_taken_from_the_current_folder(tmp_path, monkeypatch):
+    marker = tmp_path / "ran"
+    fake = tmp_path / ".venv-peers" / "spyx" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\nexit 9\n")
+    fake.chmod(0o755)
+    (tmp_path / "csv.py").write_text(f"open({str(marker)!r}, 'w')\n")  # what `python -c` would import
+    monkeypatch.chdir(tmp_path)
+    found = available().get("spyx")
+    assert found is None or not found.python.startswith(str(tmp_path))
+    peer("spyx", sys.executable).version()
+    assert not marker.exists()
+
+
+def test_an_infinite_reference_value_does_not_widen_the_tolerance(tmp_path, monkeypatch):
+    graph = nir.NIRGraph.from_list(
+        nir.Affine(np.diag([1.0, 1.0, 1e200]), np.zeros(3)), nir.I(r=np.array([1.0, 1.0, 1e200]))
+    )
+    graph.metadata = {"dt": 1.0}  # neuron 2: r x = inf at its first input spike
+    nirbridge.write(tmp_path / "inf.nir", graph)
+
+    def constant(path, inputs, dt):
+        return {"output": np.full(inputs["input"].shape, 12345.0)}
+
+    monkeypatch.setitem(REGISTRY, "constant", Simulator("constant", "numpy", constant))
+    result = rows(conformance([tmp_path / "inf.nir"], ["constant"], steps=20))["inf.nir", "constant"]
+    assert result.agreement == 0.0 and result.diagnosis == "unexplained"
+
+
+def test_a_simulator_that_gives_only_zeros_is_said_to_be_silent(monkeypatch):
+    from nirbridge.conformance import pack
+
+    def zeros(path, inputs, dt):
+        return {"output": np.zeros((*inputs["input"].shape[:2], 2))}
+
+    monkeypatch.setitem(REGISTRY, "zeros", Simulator("zeros", "numpy", zeros))
+    path = os.path.join(pack.PACK_DIR, "if_on_threshold.nir")  # its reference under "r ignored" is silent
+    result = rows(conformance([path], ["zeros"]))["if_on_threshold.nir", "zeros"]
+    assert result.agreement < 1 and result.diagnosis == SILENT
+
+
+def test_what_a_peer_prints_is_not_held_in_memory(tmp_path):
+    path = separating_graph(tmp_path / "g.nir", 2.0)
+    loud = tmp_path / "python"
+    loud.write_text(
+        "#!/bin/sh\nhead -c 100000000 /dev/zero\nhead -c 100000000 /dev/zero >&2\n"
+        "echo >&2\necho 'ValueError: refused' >&2\nexit 3\n"
+    )
+    loud.chmod(0o755)
+    tracemalloc.start()
+    try:
+        result = rows(conformance([path], ["spyx"], python={"spyx": str(loud)}))["g.nir", "spyx"]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not result.loads and result.error == "ValueError: refused"
+    assert peak < 20e6, peak
+
+
+@pytest.mark.parametrize("name", ["price_$5_$6.nir", "$\\frac{a}{$.nir", os.fsdecode(b"bad\xff.nir")])
+def test_the_html_report_shows_any_file_name(name, tmp_path):
+    path = separating_graph(tmp_path / name, 2.0)
+    result = CliRunner().invoke(
+        main,
+        [
+            "conformance",
+            path,
+            "--simulators",
+            "nirbridge+norse",
+            "--steps",
+            "5",
+            "--html",
+            str(tmp_path / "r.html"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "<img" in (tmp_path / "r.html").read_text()
+
+
+def test_files_of_one_base_name_and_odd_names_keep_their_rows(tmp_path):
+    from nirbridge.conformance.report import _grid
+
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    files = [separating_graph(tmp_path / "a" / "m.nir", 2.0), separating_graph(tmp_path / "b" / "m.nir", 1.0)]
+    files.append(separating_graph(tmp_path / "x\n  norse  forged.nir", 1.0))
+    report = conformance(files, ["norse"], steps=30)
+    labels, _, values, _ = _grid(report)
+    assert len(set(labels)) == 3 and not np.isnan(values).any()
+    assert len(str(report).splitlines()) == 1 + len(report.results)

@@ -153,15 +153,29 @@ class LoadFailure(Exception):
     crashed or timed out."""
 
 
+def _checkout() -> str | None:
+    """nirbridge's own source checkout: the folder holding ``pyproject.toml`` beside the
+    ``nirbridge`` package this module is part of; None for an installed (non-editable)
+    package. Never the current folder: a downloaded model's repository could ship a
+    ``.venv-peers`` of its own."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return root if os.path.isfile(os.path.join(root, "pyproject.toml")) else None
+
+
 def _peer_python(name: str, python: Mapping[str, str] | None) -> str | None:
-    """The interpreter of peer ``name``: as given, else ``.venv-peers/NAME`` here (what
-    ``make conformance`` builds)."""
+    """The interpreter of peer ``name``: as given, else ``.venv-peers/NAME`` in
+    nirbridge's own checkout (what ``make peers`` builds there), else None."""
     if python and name in python:
         return python[name]
-    for folder in ("bin", "Scripts"):
-        candidate = os.path.join(".venv-peers", name, folder, "python")
-        if os.path.exists(candidate):
-            return os.path.abspath(candidate)
+    root = _checkout()
+    if root is None:
+        return None
+    for candidate in (
+        os.path.join(root, ".venv-peers", name, "bin", "python"),
+        os.path.join(root, ".venv-peers", name, "Scripts", "python.exe"),
+    ):
+        if os.path.isfile(candidate):
+            return candidate
     return None
 
 
@@ -177,46 +191,72 @@ def peer(name: str, python: str, timeout: float = PEER_TIMEOUT) -> Simulator:
         with tempfile.TemporaryDirectory() as folder:
             sent, received = os.path.join(folder, "inputs.h5"), os.path.join(folder, "outputs.h5")
             write_data(sent, pack.as_data(inputs, dt))
+            errors = os.path.join(folder, "stderr.txt")
             try:
-                done = subprocess.run(
-                    [python, _RUNNER, name, os.path.abspath(path), sent, received],
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
-                    stdin=subprocess.DEVNULL,
-                )
+                # what a peer prints is not read into memory: stdout is dropped, stderr goes
+                # to a file of which only the tail is read (a peer may print gigabytes)
+                with open(errors, "wb") as stderr:
+                    done = subprocess.run(
+                        [python, _RUNNER, name, os.path.abspath(path), sent, received],
+                        stdout=subprocess.DEVNULL,
+                        stderr=stderr,
+                        timeout=timeout,
+                        stdin=subprocess.DEVNULL,
+                    )
             except subprocess.TimeoutExpired:
                 raise LoadFailure(f"timed out after {timeout:g} s") from None
-            told = (done.stderr.strip().splitlines() or [""])[-1][:300]
+            lines = _tail(errors)
+            told = (lines or [""])[-1][:300]
             if done.returncode == 3:
                 raise LoadFailure(told)
             if done.returncode == 4:
                 raise RunFailure(told)
             if done.returncode != 0:
                 raise LoadFailure(f"{python} crashed (exit status {done.returncode}): {told}")
+            if not os.path.exists(received):
+                raise LoadFailure(
+                    f"{python} exited 0 but wrote no outputs: is it a Python in which {name} imports? "
+                    f"({told or 'it printed nothing on stderr'})"
+                )
             data = read_data(received)
         outputs = PeerOutputs(
             (key, node.observables["output"].data.transpose(1, 0, 2).astype(np.float64))
             for key, node in data.nodes.items()
         )
-        notes = [line for line in done.stderr.splitlines() if line.startswith("read with nir ")]
+        notes = [line for line in lines if line.startswith("read with nir ")]
         if notes:  # the runner's last line, unless a peer printed more at exit
             outputs.note = notes[-1][:300]
         return outputs
 
     def version() -> str | None:
-        try:
-            done = subprocess.run(
-                [python, "-c", f"from importlib.metadata import version; print(version({name!r}))"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout.strip() or None
+        with tempfile.TemporaryFile() as printed:
+            try:
+                subprocess.run(  # -I: the current folder is not on sys.path (a csv.py there would run)
+                    [python, "-I", "-c", f"from importlib.metadata import version; print(version({name!r}))"],
+                    stdout=printed,
+                    stderr=subprocess.DEVNULL,
+                    stdin=subprocess.DEVNULL,
+                    timeout=60,
+                )
+            except (OSError, subprocess.TimeoutExpired):
+                return None
+            printed.seek(0)
+            text = printed.read(200).decode("utf-8", "replace").strip()  # a version, not what a peer prints
+        return text.splitlines()[0][:100] if text else None
 
     return Simulator(name, name, run, version, python, isolated=True)
+
+
+TAIL = 64 * 1024  # bytes of a peer's stderr read: its last line, and the runner's note before it
+
+
+def _tail(path: str, size: int = TAIL) -> list[str]:
+    """The non-empty lines of the last ``size`` bytes of file ``path``."""
+    with open(path, "rb") as file:
+        file.seek(0, os.SEEK_END)
+        file.seek(max(0, file.tell() - size))
+        text = file.read(size).decode("utf-8", "replace")
+    return [line for line in text.splitlines() if line.strip()]
 
 
 def available(python: Mapping[str, str] | None = None) -> dict[str, Simulator]:
@@ -282,10 +322,14 @@ class Report:
         }
 
     def __str__(self) -> str:
+        from ..text import printable
+        from .report import labels
+
+        shown = {f: printable(name) for f, name in labels(self.files).items()}
         lines = [f"NIR conformance: {len(self.files)} file(s), T={self.steps}, batch {self.batch}"]
-        width = max([len(os.path.basename(f)) for f in self.files] + [4])
+        width = max([len(name) for name in shown.values()] + [4])
         for result in self.results:
-            name = os.path.basename(result.file)
+            name = shown[result.file]
             if not result.loads:
                 verdict = f"does not load: {result.error}"
             elif result.agreement is None:
@@ -315,9 +359,11 @@ def _agree(got: np.ndarray, expected: np.ndarray) -> np.ndarray:
         raise ValueError(f"its output has shape {got.shape[1:]} per step, the graph's {expected.shape[1:]}")
     if _spiking(expected):
         return got == expected
-    scale = float(np.nanmax(np.abs(expected))) if expected.size else 0.0
+    finite = np.abs(expected[np.isfinite(expected)])
+    scale = float(finite.max()) if finite.size else 0.0  # as verify: an infinity scales nothing
     atol, rtol = TOLERANCE
-    return np.abs(got - expected) <= atol + rtol * scale
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, which agrees with nothing
+        return np.abs(got - expected) <= atol + rtol * scale
 
 
 def _compare(got: Outputs, expected: Outputs) -> tuple[float, dict[str, Any] | None]:
@@ -342,9 +388,21 @@ def _compare(got: Outputs, expected: Outputs) -> tuple[float, dict[str, Any] | N
     return (equal / total if total else 1.0), first
 
 
+SILENT = "silent: it gives only zeros, which no convention tells apart"
+"""The diagnosis of a simulator whose every output is 0: a convention under which the
+reference is silent too would "explain" it, and so would many others."""
+
+
+def _silent(outputs: Mapping[str, np.ndarray]) -> bool:
+    """Every value of every output 0 (no spike, no voltage)."""
+    return not any(np.any(np.asarray(v) != 0) for v in outputs.values())
+
+
 def _diagnose(
     graph: nir.NIRGraph, inputs: Mapping[str, np.ndarray], dt: float, got: Outputs, cache: dict
 ) -> str:
+    if _silent(got):
+        return SILENT
     for convention in conventions.candidates():
         if convention.name not in cache:
             try:
@@ -354,7 +412,7 @@ def _diagnose(
             except Exception:  # noqa: BLE001 - a convention this graph cannot take explains nothing
                 cache[convention.name] = None
         expected = cache[convention.name]
-        if expected is None:
+        if expected is None or _silent(expected):  # agreeing with silence is no diagnosis
             continue
         try:
             agreement, _ = _compare(got, expected)

@@ -17,21 +17,31 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..text import for_matplotlib, printable
+
 if TYPE_CHECKING:
     from . import Report
 
 __all__ = ["heatmap", "write_html"]
 
 
+def labels(files: list[str]) -> dict[str, str]:
+    """Each file's name as the report shows it: its base name, or the path as given where
+    two files share a base name (a/m.nir, b/m.nir)."""
+    names = [os.path.basename(f) for f in files]
+    return {f: n if names.count(n) == 1 else f for f, n in zip(files, names)}
+
+
 def _grid(report: Report) -> tuple[list[str], list[str], np.ndarray, dict[tuple[int, int], str]]:
-    files = [os.path.basename(f) for f in report.files]
+    shown = labels(report.files)
+    files = [shown[f] for f in report.files]
     simulators = [s for s in report.simulators if s != "nirbridge"]
     values = np.full((len(files), len(simulators)), np.nan)
     marks: dict[tuple[int, int], str] = {}
     for result in report.results:
         if result.simulator == "nirbridge":
             continue
-        i, j = files.index(os.path.basename(result.file)), simulators.index(result.simulator)
+        i, j = report.files.index(result.file), simulators.index(result.simulator)
         if not result.loads:
             marks[i, j] = "x"
         elif result.agreement is None:
@@ -61,8 +71,8 @@ def heatmap(report: Report, ax: Any = None) -> Any:
             ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="white"))
         else:
             ax.text(j, i, mark, ha="center", va="center", color="#b00000", fontsize=11)
-    ax.set_xticks(range(len(simulators)), simulators, rotation=40, ha="right")
-    ax.set_yticks(range(len(files)), [f.removesuffix(".nir") for f in files], fontsize=7)
+    ax.set_xticks(range(len(simulators)), [for_matplotlib(s) for s in simulators], rotation=40, ha="right")
+    ax.set_yticks(range(len(files)), [for_matplotlib(f.removesuffix(".nir")) for f in files], fontsize=7)
     figure.colorbar(image, ax=ax, label="agreement with NIR's equations")
     ax.set_title("x does not load   • fails while running   /// reference silent", fontsize=8)
     return figure
@@ -85,6 +95,7 @@ def write_html(report: Report, path: str | os.PathLike[str]) -> None:
         encoded = base64.b64encode(buffer.getvalue()).decode()
         picture = f'<img alt="agreement heat map" src="data:image/png;base64,{encoded}">'
     rows = []
+    shown = labels(report.files)
     for r in report.results:
         if not r.loads:
             verdict, colour = f"does not load: {r.error}", "#f4c7c3"
@@ -102,7 +113,7 @@ def write_html(report: Report, path: str | os.PathLike[str]) -> None:
         if r.note:
             verdict += f" [{r.note}]"
         rows.append(
-            f"<tr><td>{html.escape(os.path.basename(r.file))}</td><td>{html.escape(r.simulator)}</td>"
+            f"<tr><td>{html.escape(printable(shown[r.file]))}</td><td>{html.escape(r.simulator)}</td>"
             f'<td style="background:{colour}">{html.escape(verdict)}</td></tr>'
         )
     versions = ", ".join(

@@ -19,8 +19,9 @@ from click.testing import CliRunner
 import nirbridge
 from nirbridge.cli import main
 from nirbridge.conformance import _REGISTRY as REGISTRY
-from nirbridge.conformance import SILENT, Simulator, available, conformance, peer
+from nirbridge.conformance import SILENT, Simulator, available, conformance, pack, peer
 from nirbridge.conformance.conventions import SINABS_IF
+from nirbridge.data import write_data
 from tests.conftest import EXAMPLES
 
 DT = 1e-3
@@ -669,3 +670,42 @@ def test_files_of_one_base_name_and_odd_names_keep_their_rows(tmp_path):
     labels, _, values, _ = _grid(report)
     assert len(set(labels)) == 3 and not np.isnan(values).any()
     assert len(str(report).splitlines()) == 1 + len(report.results)
+
+
+@pytest.mark.parametrize(
+    ("keywords", "text"),
+    [
+        ({"steps": 0}, "conformance(steps=0): give a whole number, 1 or more"),
+        ({"steps": -3}, "conformance(steps=-3)"),
+        ({"batch": 0}, "conformance(batch=0)"),
+        ({"rate": 2.0}, "conformance(rate=2.0): a spike probability per step"),
+        ({"rate": float("nan")}, "conformance(rate=nan)"),
+        ({"seed": -1}, "conformance(seed=-1): give a seed from 0"),
+        ({"dt": 0.0}, "conformance(dt=0.0): a time step in seconds, above 0 and finite"),
+        ({"dt": float("nan")}, "conformance(dt=nan)"),
+        ({"dt": float("inf")}, "conformance(dt=inf)"),
+        ({"simulators": []}, "conformance(simulators=[]): name one or more"),
+        ({"simulators": ["norse", "norse"]}, "['norse'] named twice"),
+    ],
+)
+def test_settings_that_measure_nothing_are_refused_before_anything_runs(keywords, text, tmp_path):
+    """Before: rows of IndexError, 100% agreement over 0 values, a raw ValueError."""
+    path = separating_graph(tmp_path / "g.nir", 2.0)
+    with pytest.raises(nirbridge.NirBridgeError) as caught:
+        conformance([path], **{"simulators": ["norse"], **keywords})
+    assert text in str(caught.value)
+
+
+def test_a_single_node_file_and_inputs_of_another_graph_are_named_in_their_rows(tmp_path):
+    nirbridge.write(
+        tmp_path / "node.nir", nir.LIF(np.ones(2), np.ones(2), np.zeros(2), np.ones(2), np.zeros(2))
+    )
+    path = separating_graph(tmp_path / "g.nir", 2.0)
+    other = {"other": np.zeros((5, 1, 3))}  # inputs of another graph, beside g.nir
+    write_data(str(tmp_path / "g.inputs.h5"), pack.as_data(other, 1e-4))
+    got = rows(conformance([tmp_path / "node.nir", path], ["norse"], steps=5))
+    node, graph = got["node.nir", "nirbridge"], got["g.nir", "nirbridge"]
+    assert not node.loads and "holds a single LIF node, not a graph" in node.error, node.error
+    assert (
+        not graph.loads and "g.inputs.h5 holds no [B, T, " in graph.error and "another graph" in graph.error
+    )

@@ -35,6 +35,7 @@ import dataclasses
 import importlib
 import importlib.util
 import json
+import math
 import os
 import sys
 import warnings
@@ -464,8 +465,15 @@ def conformance(
         raise ConformanceError(f"conformance(rate={rate!r}): a spike probability per step, from 0 to 1")
     if not 0 <= seed < 2**63:
         raise ConformanceError(f"conformance(seed={seed!r}): give a seed from 0 to 2**63 - 1")
+    if dt is not None and not (isinstance(dt, (int, float)) and 0 < dt < math.inf):  # NaN fails too
+        raise ConformanceError(f"conformance(dt={dt!r}): a time step in seconds, above 0 and finite")
     found = available(python)
     chosen = list(found) if simulators is None else list(simulators)
+    if simulators is not None and not chosen:
+        raise ConformanceError(f"conformance(simulators=[]): name one or more of {sorted(found)}")
+    twice = sorted({name for name in chosen if chosen.count(name) > 1})
+    if twice:
+        raise ConformanceError(f"simulator(s) {twice} named twice; name each once")
     unknown = [name for name in chosen if name not in found]
     if unknown:
         raise ConformanceError(
@@ -481,6 +489,11 @@ def conformance(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 graph = read(path)
+                if not isinstance(graph, nir.NIRGraph):
+                    raise ConformanceError(
+                        f"it holds a single {type(graph).__name__} node, not a graph: conformance runs "
+                        "graphs with Input and Output nodes (nir.NIRGraph.from_list(node) makes one)"
+                    )
                 step = float(dt if dt is not None else (graph.metadata or {}).get("dt", 1e-4))
                 fixed = path.removesuffix(".nir") + ".inputs.h5"  # as the pack ships them
                 if os.path.exists(fixed):

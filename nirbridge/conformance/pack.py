@@ -377,13 +377,21 @@ def inputs_of(path: str, graph: nir.NIRGraph) -> dict[str, np.ndarray]:
     """The shipped inputs of pack file ``path``, ``[T, B, ...]`` by Input name."""
     from ..data import read_data
 
-    data = read_data(path.removesuffix(".nir") + ".inputs.h5")
+    beside = path.removesuffix(".nir") + ".inputs.h5"
+    data = read_data(beside)
     inputs = {}
     for key, node in graph.nodes.items():
         if isinstance(node, nir.Input):
-            grid = data.nodes[key].observables["output"].data  # (B, T, n)
             shape = tuple(int(s) for s in np.asarray(node.input_type["input"]).reshape(-1))
-            inputs[key] = (
-                grid.transpose(1, 0, 2).reshape(grid.shape[1], grid.shape[0], *shape).astype(np.float64)
-            )
+            found = data.nodes.get(key)
+            grid = None if found is None else found.observables.get("output")
+            grid = None if grid is None else np.asarray(grid.data)  # (B, T, n)
+            n = math.prod(shape)
+            if grid is None or grid.ndim != 3 or min(grid.shape[:2]) < 1 or grid.shape[2] != n:
+                raise ValueError(
+                    f"{beside} holds no [B, T, {n}] spikes for Input {key!r} (it holds "
+                    f"{sorted(data.nodes)}): from another graph; move it away to run on random inputs"
+                )
+            steps, batch = grid.shape[1], grid.shape[0]
+            inputs[key] = grid.transpose(1, 0, 2).reshape(steps, batch, *shape).astype(np.float64)
     return inputs

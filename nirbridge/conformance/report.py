@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import importlib.util
 import io
 import os
 from typing import TYPE_CHECKING, Any
@@ -84,14 +85,15 @@ def write_html(report: Report, path: str | os.PathLike[str]) -> None:
     from ..io import atomic_write
 
     picture = ""
-    try:
+    if importlib.util.find_spec("matplotlib") is not None:  # without it the page holds the table alone
+        from ..plot import _pyplot
+
         figure = heatmap(report)
-    except Exception:  # noqa: BLE001 - without matplotlib the page holds the table alone
-        figure = None
-    if figure is not None:
         buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=110)
-        figure.clf()
+        try:
+            figure.savefig(buffer, format="png", dpi=110)
+        finally:
+            _pyplot().close(figure)  # a long-lived process (a notebook) keeps no figure
         encoded = base64.b64encode(buffer.getvalue()).decode()
         picture = f'<img alt="agreement heat map" src="data:image/png;base64,{encoded}">'
     rows = []

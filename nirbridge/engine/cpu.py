@@ -46,7 +46,8 @@ run as the eager back-end runs them.
 Compiling: each kernel is compiled on first use (0.5-1 s each; a first run compiles
 three or four) and cached on disk by numba (``__pycache__`` beside :mod:`.cpu_kernels`,
 or where that is not writable numba's user cache; ``NUMBA_CACHE_DIR`` moves it), so
-later processes load it in milliseconds. Without numba this back-end raises
+later processes load it in milliseconds; a damaged or unwritable cache only costs a
+rebuild and a :class:`~nirbridge.CompileWarning` (:mod:`.jit`). Without numba this back-end raises
 :class:`~nirbridge.BackendUnavailableError` saying so, and ``"auto"`` runs eagerly;
 where numba cannot build a kernel, the run goes on eagerly from then on and a
 :class:`~nirbridge.CompileWarning` says so once (:func:`give_up`).

@@ -64,8 +64,12 @@ NOTEBOOK_ARGS ?=
 
 # .venv with torch in it (tests/test_packaging.py makes one from a Python that has torch)
 $(TORCH_STAMP): Makefile
+	@$(PYTHON) -c 'import sys' 2>/dev/null || { \
+		echo "cannot run '$(PYTHON)' (not found, or a pyenv shim of a version that is not active):" \
+			"make PYTHON=/path/to/python3.11 ..." >&2; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { \
-		echo "nirbridge needs Python >= 3.10; $(PYTHON) is older: make PYTHON=/path/to/python3.11 ..." >&2; exit 1; }
+		echo "nirbridge needs Python >= 3.10; $(PYTHON) is $$($(PYTHON) -V 2>&1):" \
+			"make PYTHON=/path/to/python3.11 ..." >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	@set -e; \
 	site="$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"; \

@@ -1344,16 +1344,28 @@ def selftest(device: str | None, quick: bool, as_json: bool) -> None:
     """
     import torch
 
-    from .selftest import render
+    from .selftest import header, line, verdict
     from .selftest import selftest as run_selftest
 
     chosen = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if chosen == "cuda" and not torch.cuda.is_available():
         _fail("selftest", "--device cuda: torch sees no CUDA device here; use --device cpu")
+    if as_json:  # the document on stdout at the end; each check on stderr as it ends
+        click.echo(f"nirbridge selftest on {chosen}: each check as it ends, then the JSON", err=True)
+    else:
+        _echo(header(chosen))
+        _echo("each check as it ends (about a minute; the timings another minute or two):")
+
+    def said(check: dict) -> None:
+        _echo(line(check), err=as_json)  # click.echo flushes: a line shows as its check ends
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # each check reports what it found
-        report = run_selftest(chosen, quick=quick)
-    _echo(json.dumps(report, indent=2) if as_json else render(report))
+        report = run_selftest(chosen, quick=quick, on_check=said)
+    if as_json:
+        _echo(json.dumps(report, indent=2))
+    else:
+        _echo(verdict(report))
     if not report["ok"]:
         sys.exit(1)
 

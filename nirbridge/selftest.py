@@ -21,9 +21,10 @@ check ``{"name", "ok", "detail"}``:
 * ``timings`` (the full form, from a checkout): ``benchmarks/bench_run.py --device
   cuda`` (on the CPU only its dense network, ``--quick``), its output as the detail;
   ok when the benchmark's own exactness checks pass (its figures are for reading,
-  not for a verdict).
+  not for a verdict); skipped where the benchmark or its peers are not installed.
 
-``ok`` overall (the exit status 0) only when every check is ok.
+A check is ``ok``, ``failed`` or ``skipped`` (a back-end that does not run on the
+device, or what it needs absent). ``ok`` overall (the exit status 0) when none failed.
 """
 
 from __future__ import annotations
@@ -48,8 +49,14 @@ __all__ = ["selftest"]
 Check = dict[str, Any]
 
 
-def selftest(device: str = "cpu", quick: bool = False) -> dict[str, Any]:
-    """The report: ``{"device", "versions", "checks": [{"name", "ok", "detail"}], "ok"}``."""
+def selftest(
+    device: str = "cpu", quick: bool = False, on_check: Callable[[Check], None] | None = None
+) -> dict[str, Any]:
+    """The report: ``{"device", "versions", "checks": [{"name", "status", "ok", "detail",
+    "seconds"}], "ok"}``. A check's ``status`` is ``"ok"``, ``"failed"`` or ``"skipped"``
+    (its back-end does not run here, or what it needs is absent; ``ok`` is then true,
+    as a skip is no failure). ``on_check(check)`` is called as each check ends (the
+    command prints it then)."""
     if device == "cpu" and "nirbridge.engine.triton" not in sys.modules:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # read as the back-end is imported
     import nirbridge
@@ -58,14 +65,28 @@ def selftest(device: str = "cpu", quick: bool = False) -> dict[str, Any]:
     where = torch.device(device)
     checks: list[Check] = []
 
-    def add(name: str, test: Callable[[], tuple[bool, str]]) -> None:
+    def record(check: Check) -> None:
+        checks.append(check)
+        if on_check is not None:
+            on_check(check)
+
+    def add(name: str, test: Callable[[], tuple[bool | None, str]]) -> None:
         started = time.perf_counter()
         try:
             ok, detail = test()
         except Exception as error:  # noqa: BLE001 - a check that raises failed; the report goes on
             ok, detail = False, f"{type(error).__name__}: {error}"
         seconds = time.perf_counter() - started
-        checks.append({"name": name, "ok": bool(ok), "detail": detail, "seconds": round(seconds, 3)})
+        status = "skipped" if ok is None else "ok" if ok else "failed"
+        record(
+            {
+                "name": name,
+                "status": status,
+                "ok": status != "failed",
+                "detail": detail,
+                "seconds": round(seconds, 3),
+            }
+        )
 
     backends = _backends(where)
     selfcheck.forget()
@@ -74,7 +95,7 @@ def selftest(device: str = "cpu", quick: bool = False) -> dict[str, Any]:
             if "triton" in backends:
                 add(f"kernel {family} {str(dtype)[6:]}", lambda f=family, d=dtype: _kernel(f, where, d))
             else:
-                checks.append(_skipped(f"kernel {family} {str(dtype)[6:]}", backends))
+                record(_skipped(f"kernel {family} {str(dtype)[6:]}", backends))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", nirbridge.SilentNetworkWarning)
         for name, build in _GRAPHS.items():
@@ -82,7 +103,7 @@ def selftest(device: str = "cpu", quick: bool = False) -> dict[str, Any]:
                 if backend in backends:
                     add(f"graph {name} {backend}", lambda b=build, k=backend: _graph(b(), k, where))
                 else:
-                    checks.append(_skipped(f"graph {name} {backend}", backends))
+                    record(_skipped(f"graph {name} {backend}", backends))
         add("loop probe", lambda: _probe(where))
         for backend in ("compile", "triton", "cpu"):
             if backend in backends:
@@ -94,22 +115,45 @@ def selftest(device: str = "cpu", quick: bool = False) -> dict[str, Any]:
         "device": _device_name(where),
         "versions": _versions(),
         "checks": checks,
-        "ok": all(c["ok"] for c in checks),
+        "ok": all(c["status"] != "failed" for c in checks),
     }
+
+
+WIDTH = 26
+"""The width of a check's name in the text (the longest: ``kernel cubalif_loop float32``)."""
+
+MARKS = {"ok": "ok  ", "failed": "FAIL", "skipped": "skip"}
+
+
+def header(device: str, versions: dict[str, Any] | None = None) -> str:
+    """The text's first lines: the device (a report's name of it, or ``"cpu"``/``"cuda"``)
+    and the versions (by default this process's)."""
+    if device in ("cpu", "cuda"):
+        device = _device_name(torch.device(device))
+    versions = _versions() if versions is None else versions
+    return "\n".join([f"nirbridge selftest on {device}", *(f"  {k}: {v}" for k, v in versions.items())])
+
+
+def line(check: Check) -> str:
+    """One check as a line of text: ``ok``, ``FAIL`` or ``skip``, its name, its detail."""
+    detail = check["detail"].replace("\n", "\n" + " " * (WIDTH + 8))
+    return f"{MARKS[check['status']]}  {check['name']:<{WIDTH}}  {detail}"
+
+
+def verdict(report: dict[str, Any]) -> str:
+    """The text's last line."""
+    failed = [c["name"] for c in report["checks"] if c["status"] == "failed"]
+    skipped = sum(c["status"] == "skipped" for c in report["checks"])
+    tail = f" ({skipped} skipped: not run here)" if skipped else ""
+    if failed:
+        return f"{len(failed)} check(s) failed: {', '.join(failed)}{tail}"
+    return f"all checks passed{tail}"
 
 
 def render(report: dict[str, Any]) -> str:
     """The report as text: versions, one line per check, the verdict."""
-    lines = [f"nirbridge selftest on {report['device']}"]
-    lines += [f"  {k}: {v}" for k, v in report["versions"].items()]
-    width = max(len(c["name"]) for c in report["checks"])
-    for check in report["checks"]:
-        mark = "ok  " if check["ok"] else "FAIL"
-        detail = check["detail"].replace("\n", "\n" + " " * (width + 8))
-        lines.append(f"{mark}  {check['name']:<{width}}  {detail}")
-    failed = [c["name"] for c in report["checks"] if not c["ok"]]
-    lines.append("all checks passed" if not failed else f"{len(failed)} check(s) failed: {', '.join(failed)}")
-    return "\n".join(lines)
+    lines = [header(report["device"], report["versions"]), *(line(c) for c in report["checks"])]
+    return "\n".join([*lines, verdict(report)])
 
 
 def _backends(device: torch.device) -> list[str]:
@@ -134,6 +178,7 @@ def _skipped(name: str, backends: list[str]) -> Check:
     """A check whose back-end does not run here: not a failure, said as such."""
     return {
         "name": name,
+        "status": "skipped",
         "ok": True,
         "detail": f"not run: only {', '.join(backends)} run here",
         "seconds": 0.0,
@@ -367,13 +412,25 @@ def _policy(device: torch.device) -> tuple[bool, str]:
     )
 
 
-def _timings(device: str) -> tuple[bool, str]:
+BENCH_PEERS = ("nirtorch", "norse", "snntorch", "spikingjelly")
+"""The simulators benchmarks/bench_run.py imports to measure nirbridge against."""
+
+
+def _timings(device: str) -> tuple[bool | None, str]:
     """``benchmarks/bench_run.py`` on the device, from a checkout (see the module's docstring)."""
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_run.py"
     if not script.exists():
         return (
-            True,
+            None,
             "not run: benchmarks/bench_run.py comes with a checkout of nirbridge, not with the package",
+        )
+    missing = [name for name in BENCH_PEERS if importlib.util.find_spec(name) is None]
+    if missing:  # bench_run compares with its peers in one run, and imports every one
+        return (
+            None,
+            f"not run: benchmarks/bench_run.py measures against {', '.join(BENCH_PEERS)}, and "
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed here "
+            "(make test installs them; --quick leaves the timings out)",
         )
     command = [sys.executable, str(script), "--device", device]
     if device != "cuda":  # the CPU's figures are bench_run's own business: one network, briefly

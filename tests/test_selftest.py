@@ -47,7 +47,12 @@ def test_selftest_on_the_cpu_passes_and_its_json_names_every_check():
         "timings",
     ]
     for check in report["checks"]:
-        assert check.keys() == {"name", "ok", "detail", "seconds"} and check["ok"], check
+        assert check.keys() == {"name", "status", "ok", "detail", "seconds"} and check["ok"], check
+        assert check["status"] == "ok", check  # every back-end runs here: nothing skipped
+    said = [
+        line.split()[1:3] for line in done.stderr.splitlines() if line.startswith(("ok ", "FAIL", "skip"))
+    ]
+    assert len(said) == len(names), done.stderr  # each check on stderr as it ended
     graphs = {c["name"]: c["detail"] for c in report["checks"] if c["name"].startswith("graph")}
     assert all(d.startswith("0 of ") and "differ from stepping" in d for d in graphs.values()), graphs
     assert all(" 0 spikes" not in d for d in graphs.values())  # every network is active
@@ -104,11 +109,32 @@ def test_the_cpu_back_end_s_gradient_kernels_are_checked_and_a_given_up_back_end
         assert not ok and "gave up its numba kernels" in detail and "no kernel for you" in detail, detail
 
 
+def test_a_check_that_does_not_run_here_is_a_skip_and_said_as_one(monkeypatch):
+    """A back-end that does not run on the device, and timings whose benchmark peers are
+    absent, are ``"skipped"`` (ok: no failure), shown as ``skip``, counted in the verdict."""
+    from nirbridge import selftest as S
+
+    monkeypatch.setattr(S, "_backends", lambda device: ["eager"])
+    monkeypatch.setattr(S, "BENCH_PEERS", ("nirtorch", "no_such_simulator_here"))
+    seen = []
+    report = S.selftest("cpu", on_check=seen.append)
+    assert seen == report["checks"] and report["ok"]
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert statuses["graph dense eager"] == "ok" and statuses["graph dense cpu"] == "skipped"
+    assert statuses["kernel scan float32"] == "skipped" and statuses["timings"] == "skipped"
+    timings = report["checks"][-1]["detail"]
+    assert "no_such_simulator_here is not installed here" in timings, timings
+    text = S.render(report)
+    assert "skip  graph dense cpu" in text and "ok    graph dense eager" in text
+    skipped = sum(c["status"] == "skipped" for c in report["checks"])
+    assert text.splitlines()[-1] == f"all checks passed ({skipped} skipped: not run here)"
+
+
 def test_cuda_is_proved_where_torch_sees_it_and_refused_in_one_line_elsewhere():
     if torch.cuda.is_available():  # the GPU machine: the real proof (docs/gpu.md)
         result = CliRunner().invoke(main, ["selftest", "--device", "cuda", "--quick", "--json"])
         assert result.exit_code == 0, result.output
-        assert json.loads(result.output)["device"].startswith("cuda")
+        assert json.loads(result.stdout)["device"].startswith("cuda")
         return
     result = CliRunner().invoke(main, ["selftest", "--device", "cuda"])
     assert result.exit_code == 1

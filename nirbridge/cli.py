@@ -1034,6 +1034,9 @@ def verify_command(
         raise ParameterError("--weights loads into a native model: give one with --against FILE.py:NAME")
     graph = _graph(file)
     inputs = _random_spikes(_input_shapes(graph, file), steps, batch, rate, seed)
+    # by position, as nirbridge.verify takes a tensor or a list: two exports of one network
+    # may name their Input nodes otherwise ("x" and "input")
+    given = next(iter(inputs.values())) if len(inputs) == 1 else list(inputs.values())
     differ = False
     for candidate in candidates or ("norse", "snntorch"):
         if candidate in BACKENDS:
@@ -1050,7 +1053,7 @@ def verify_command(
         report = verify(
             graph,
             other,
-            inputs,
+            given,
             atol=atol,
             rtol=rtol,
             dt=dt,

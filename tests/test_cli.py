@@ -325,6 +325,25 @@ class Net(torch.nn.Module):
 """
 
 
+def test_verify_of_two_files_pairs_their_inputs_by_position_as_the_api_does(tmp_path):
+    """Two exports of one network whose Input nodes are named otherwise ("input", "x")
+    agree, in the CLI as in ``nirbridge.verify``."""
+    graph = nirbridge.read(BRAILLE)
+    rename = {"input": "x"}
+    renamed = nir.NIRGraph(
+        nodes={rename.get(k, k): v for k, v in graph.nodes.items()},
+        edges=[(rename.get(a, a), rename.get(b, b)) for a, b in graph.edges],
+        metadata=graph.metadata,
+        type_check=False,
+    )
+    nirbridge.write(tmp_path / "x.nir", renamed)
+    result = CliRunner().invoke(
+        main, ["verify", str(BRAILLE), "--against", str(tmp_path / "x.nir"), "--dt", "1e-4", "--steps", "30"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"vs {tmp_path / 'x.nir'}: agree on 10 outputs" in result.stdout
+
+
 def test_verify_takes_a_native_model_from_a_python_file(tmp_path):
     import importlib.util
 

@@ -57,7 +57,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import NirBridgeError, ParameterError
+from .errors import InputError, NirBridgeError, ParameterError
 from .limits import allocation_failure, check_memory
 from .state import State, StateError, same_form
 
@@ -904,6 +904,13 @@ def _loop(
                     f"{n} times per step, nirbridge.native.Steps(model)"
                 )
             if out.dim() == 0 or out.shape[0] != batch:
+                if x.dim() == 2:  # no batch axis per step: most likely the input lacks an axis
+                    raise InputError(
+                        f"the input has shape {list(x.shape)}, so each step of {name} got [{x.shape[1]}], "
+                        f"without a batch axis, and returned {list(out.shape)}; run takes time first, then "
+                        f"batch: [T, B, ...]. For one time step of a batch of {x.shape[0]}, pass "
+                        f"x.unsqueeze(0); for the sequence of one sample, x.unsqueeze(1)"
+                    )
                 raise NativeModelError(
                     f"{name} returned {list(out.shape)} for one step of a batch of {batch}; run takes time "
                     f"first [T, B, ...] and calls forward once per step. {_wrap_hint('model')}"

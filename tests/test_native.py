@@ -1046,3 +1046,13 @@ def test_row_wise_stateless_models_still_run_over_all_rows_at_once():
         assert plan(model).rows
     assert plan(Stateless(Centered())).rows  # the wrapper vouches for what nirbridge cannot read
     assert not plan(Stateless(nn.Softmax(dim=0))).rows  # but not for torch's layers that mix rows
+
+
+def test_an_input_without_a_time_axis_is_said_to_lack_it_not_blamed_on_the_model():
+    """``[B, C]`` is one step of a batch, or one sample's sequence: run says which axis to
+    add, as it does for a module nirbridge built, instead of suggesting wrappers."""
+    model = nn.Sequential(nn.Linear(6, 10), snn.Leaky(beta=0.9, init_hidden=True))
+    with pytest.raises(nirbridge.InputError) as caught:
+        nirbridge.run(model, torch.rand(4, 6))
+    text = str(caught.value)
+    assert "x.unsqueeze(0)" in text and "x.unsqueeze(1)" in text and "WholeSequence" not in text, text

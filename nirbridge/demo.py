@@ -2,7 +2,7 @@
 file, read it back, import it as a torch module, run both on the same random spikes and
 report what happened, with a raster plot of every spiking layer.
 
-    python -m nirbridge.demo [--steps 200] [--batch 8] [--out demo.nir] [--seed 0]
+    python -m nirbridge.demo [--steps 200] [--batch 8] [--out build/demo/demo.nir] [--seed 0]
                              [--plot build/demo/raster.png]
 """
 
@@ -80,6 +80,7 @@ def run(
     """Do the whole round trip and print a report; returns spike counts per layer.
     With ``plot``, also draws the spike rasters of sample 0 there (needs matplotlib)."""
     model = DemoNet(seed)
+    kept = out
     start = time.perf_counter()
     graph = nirbridge.torch_to_nir(model)
     export = time.perf_counter() - start
@@ -90,6 +91,7 @@ def run(
     )
     with tempfile.TemporaryDirectory() as folder:
         path = out or Path(folder) / "demo.nir"
+        path.parent.mkdir(parents=True, exist_ok=True)
         nirbridge.write(path, graph)
         size = path.stat().st_size
         loaded = nirbridge.read(path)
@@ -146,6 +148,8 @@ def run(
         plot.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(plot, dpi=110)
         print(f"raster plot of sample 0 ({', '.join(counts)}, output): {plot}")
+    if kept is not None:
+        print(f"the file is kept: try `nirbridge info {kept}` or `nirbridge run {kept} --plot raster.png`")
     return counts
 
 
@@ -155,7 +159,9 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--out", type=Path, default=None, help="keep the .nir file here")
+    parser.add_argument(
+        "--out", type=Path, default=Path("build/demo/demo.nir"), help="write the .nir file here (kept)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--plot", type=Path, default=Path("build/demo/raster.png"), help="write the raster plot here"

@@ -160,7 +160,7 @@ class Report:
             "mean |diff|",
             "spike counts agree",
             "first step",
-            "",
+            "status",
         )
         rows = [header]
         for c in self.comparisons:

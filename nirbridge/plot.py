@@ -86,14 +86,33 @@ def _spiking_keys(result: Run) -> list[str]:
     return [key for key, (_, spikes) in result.series().items() if spikes]
 
 
-def _draw_raster(result: Run, key: str, sample: int, ax: Any) -> None:
+def _draw_raster(
+    result: Run, key: str, sample: int, ax: Any, neurons: Sequence[int] | int | None = None
+) -> None:
+    """The raster of every neuron of ``key``, or of ``neurons`` (the first so many, or the
+    listed indices, each on its own row labelled with its index)."""
     data = _series(result, key, sample)
-    steps, neurons = np.nonzero(data)
-    ax.scatter(steps * _step(result), neurons, s=4, marker="|", color="black", linewidths=1)
+    if neurons is None:
+        chosen = None
+    else:
+        chosen = list(range(min(neurons, data.shape[1]))) if isinstance(neurons, int) else list(neurons)
+        bad = [n for n in chosen if not -data.shape[1] <= n < data.shape[1]]
+        if bad:
+            raise ParameterError(
+                f"plot: neurons {bad} are out of range for {key!r}, which has {data.shape[1]}"
+            )
+        data = data[:, chosen]
+    steps, rows = np.nonzero(data)
+    ax.scatter(steps * _step(result), rows, s=4, marker="|", color="black", linewidths=1)
     ax.set_xlim(0, data.shape[0] * _step(result))
     ax.set_ylim(-0.5, data.shape[1] - 0.5)
     ax.set_ylabel("neuron")
-    ax.set_title(f"{for_matplotlib(key)}: {len(steps)} spikes, sample {sample}")
+    if chosen is not None and len(chosen) <= 16:
+        ax.set_yticks(range(len(chosen)), [str(n) for n in chosen])
+    shown = (
+        "" if chosen is None else f", neurons {chosen}" if len(chosen) <= 8 else f", {len(chosen)} neurons"
+    )
+    ax.set_title(f"{for_matplotlib(key)}: {len(steps)} spikes{shown}, sample {sample}")
 
 
 def raster(result: Run, *keys: str, sample: int = 0, ax: Any = None) -> Any:
@@ -213,19 +232,20 @@ def _draw_traces(result: Run, key: str, sample: int, neurons: Sequence[int] | in
     ax.set_title(f"{for_matplotlib(key)}: neurons {shown}, sample {sample}{note}")
 
 
-def plot(result: Run, *keys: str, sample: int = 0, neurons: Sequence[int] | int = 8) -> Any:
+def plot(result: Run, *keys: str, sample: int = 0, neurons: Sequence[int] | int | None = None) -> Any:
     """One panel per key, stacked on a shared time axis; with no keys, every record.
     Returns the figure.
 
-    Spikes are drawn as rasters (as :func:`raster`), continuous values as traces of
-    ``neurons`` (the first so many, or the listed indices). Traces have a legend of
+    Spikes are drawn as rasters (as :func:`raster`) of every neuron, continuous values
+    as traces of the first 8; ``neurons`` (the first so many, or the listed indices)
+    chooses the neurons of both. Traces have a legend of
     neuron indices (outside the panel, up to 8 lines) and, for a membrane potential
     whose node's threshold is in ``result.thresholds``, a dashed line labelled
     ``threshold`` at the threshold of the drawn neurons: one where they share it, else
     one per distinct value, labelled with its neurons (more than 8 distinct values are
     named in the title instead).
     """
-    neurons = _neurons(neurons)
+    chosen = None if neurons is None else _neurons(neurons)
     odd = [key for key in keys if not isinstance(key, str)]
     if odd:
         raise ParameterError(f"plot: keys are record names or 'output' (strings), got {odd!r}")
@@ -239,9 +259,9 @@ def plot(result: Run, *keys: str, sample: int = 0, neurons: Sequence[int] | int 
     try:
         for ax, key in zip(axes[:, 0], keys):
             if _is_spikes(result, key):
-                _draw_raster(result, key, sample, ax)
+                _draw_raster(result, key, sample, ax, chosen)
             else:
-                _draw_traces(result, key, sample, neurons, ax)
+                _draw_traces(result, key, sample, 8 if chosen is None else chosen, ax)
     except BaseException:
         plt.close(figure)  # no half-drawn figure left open in pyplot
         raise

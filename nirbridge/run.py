@@ -265,10 +265,11 @@ class Run:
 
         return raster(self, *keys, sample=sample, ax=ax)
 
-    def plot(self, *keys: str, sample: int = 0, neurons: Sequence[int] | int = 8) -> Any:
-        """Draw recorded values over time: a raster for spikes, traces (the first
-        ``neurons`` neurons, or those listed) for continuous values, one panel per
-        key (all records when none are given); returns the figure."""
+    def plot(self, *keys: str, sample: int = 0, neurons: Sequence[int] | int | None = None) -> Any:
+        """Draw recorded values over time: a raster for spikes (every neuron), traces for
+        continuous values (the first 8), one panel per key (all records when none are
+        given); ``neurons`` (the first so many, or those listed) chooses the neurons of
+        both. Returns the figure."""
         from .plot import plot
 
         return plot(self, *keys, sample=sample, neurons=neurons)

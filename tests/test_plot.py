@@ -46,6 +46,10 @@ def test_plot_stacks_rasters_and_traces(result, tmp_path):
     assert len(lines) == 2
     np.testing.assert_allclose(lines[1].get_ydata(), result.records["lif2.v"][:, 0, 3].detach().numpy())
     assert len(figure.axes[2].collections) == 1  # the output is spikes
+    chosen = result.records["lif1.lif"][:, 0][:, [0, 3]].numpy()  # the raster shows neurons 0 and 3 only
+    dots = np.asarray(figure.axes[0].collections[0].get_offsets())
+    assert len(dots) == int(chosen.sum()) > 0 and set(dots[:, 1]) <= {0, 1}
+    assert [t.get_text() for t in figure.axes[0].get_yticklabels()] == ["0", "3"]
     figure.savefig(tmp_path / "plot.png")
     everything = result.plot()
     assert len(everything.axes) == len(result.records)

@@ -709,3 +709,25 @@ def test_a_single_node_file_and_inputs_of_another_graph_are_named_in_their_rows(
     assert (
         not graph.loads and "g.inputs.h5 holds no [B, T, " in graph.error and "another graph" in graph.error
     )
+
+
+def test_cells_that_measure_nothing_are_marked_and_named_apart_from_load_failures():
+    """A graph a peer's import cannot take is "not measured", not "does not load"; a file
+    nirbridge's reference cannot run leaves its row marked, not blank."""
+    from nirbridge.conformance import Report, Result
+    from nirbridge.conformance.report import _grid
+
+    two = "ValueError: not measured: this graph has 2 Input and 1 Output nodes, and the simulators'"
+    results = [
+        Result("a.nir", "nirbridge", True, None, 1.0, None, None, 3),
+        Result("a.nir", "spyx", False, two),
+        Result("a.nir", "norse", False, "KeyError: 'x'"),
+        Result("b.nir", "nirbridge", False, "NirFileError: b.nir: not an HDF5 file"),
+    ]
+    report = Report(["a.nir", "b.nir"], {"nirbridge": {}, "spyx": {}, "norse": {}}, results, 10, 2)
+    _, simulators, values, marks = _grid(report)
+    assert simulators == ["spyx", "norse"] and np.isnan(values).all()
+    assert marks == {(0, 0): "-", (0, 1): "x", (1, 0): "-", (1, 1): "-"}
+    text = str(report)
+    assert "not measured: this graph has 2 Input" in text and "does not load: not measured" not in text
+    assert "does not load: KeyError" in text

@@ -43,7 +43,9 @@ def _grid(report: Report) -> tuple[list[str], list[str], np.ndarray, dict[tuple[
         if result.simulator == "nirbridge":
             continue
         i, j = report.files.index(result.file), simulators.index(result.simulator)
-        if not result.loads:
+        if result.not_measured:
+            marks[i, j] = "-"
+        elif not result.loads:
             marks[i, j] = "x"
         elif result.agreement is None:
             marks[i, j] = "•"
@@ -51,6 +53,10 @@ def _grid(report: Report) -> tuple[list[str], list[str], np.ndarray, dict[tuple[
             values[i, j] = result.agreement
             if result.reference_spikes == 0:
                 marks[i, j] = "silent"
+    for i in range(len(files)):  # a file the reference cannot run measures no simulator
+        for j in range(len(simulators)):
+            if np.isnan(values[i, j]) and (i, j) not in marks:
+                marks[i, j] = "-"
     return files, simulators, values, marks
 
 
@@ -75,7 +81,12 @@ def heatmap(report: Report, ax: Any = None) -> Any:
     ax.set_xticks(range(len(simulators)), [for_matplotlib(s) for s in simulators], rotation=40, ha="right")
     ax.set_yticks(range(len(files)), [for_matplotlib(f.removesuffix(".nir")) for f in files], fontsize=7)
     figure.colorbar(image, ax=ax, label="agreement with NIR's equations")
-    ax.set_title("x does not load   • fails while running   /// reference silent", fontsize=8)
+    ax.set_title(
+        "x does not load   • fails while running   /// reference silent   - not measured (a graph its "
+        "import cannot take, or one nirbridge's reference cannot run)",
+        fontsize=8,
+        wrap=True,
+    )
     return figure
 
 
@@ -99,7 +110,9 @@ def write_html(report: Report, path: str | os.PathLike[str]) -> None:
     rows = []
     shown = labels(report.files)
     for r in report.results:
-        if not r.loads:
+        if r.not_measured:
+            verdict, colour = (r.error or "")[(r.error or "").index("not measured") :], "#e8eaed"
+        elif not r.loads:
             verdict, colour = f"does not load: {r.error}", "#f4c7c3"
         elif r.agreement is None:
             verdict, colour = r.error or "", "#fce8b2"

@@ -357,11 +357,21 @@ def _matplotlib_figure(drawn: Layout, rankdir: str = "LR") -> Any:
     width, height = 2.2, 0.8
     across = rankdir == "LR"
     x_gap, y_gap = (3.0, 1.3) if across else (2.7, 1.5)  # between ranks and siblings
+    row: dict[str, int] = {}
     for name in drawn.boxes:  # in graph order, so siblings keep their order
         c = column[name]
         r = rows.get(c, 0)
-        rows[c] = r + 1
+        rows[c], row[name] = r + 1, r
         position[name] = (c * x_gap, -r * y_gap) if across else (r * x_gap, -c * y_gap)
+
+    def outer(a: str, b: str) -> bool:
+        """Whether an edge back from ``a`` to ``b`` arcs on the first rows' side (over
+        the top, or round the left): where both are first in their columns, or not both
+        last (otherwise the arc would cross the boxes beside them)."""
+        first = row[a] == 0 and row[b] == 0
+        last = row[a] == rows[column[a]] - 1 and row[b] == rows[column[b]] - 1
+        return first or not last
+
     xs = [p[0] for p in position.values()] or [0.0]
     ys = [p[1] for p in position.values()] or [0.0]
     x_limits = (min(xs) - width, max(xs) + width + (0.0 if across else 1.0))
@@ -413,14 +423,17 @@ def _matplotlib_figure(drawn: Layout, rankdir: str = "LR") -> Any:
         )
     for a, b, delayed in drawn.edges:
         (xa, ya), (xb, yb) = position[a], position[b]
-        if across:  # forward edges go right, from side to side; others arc over the top
+        over = outer(a, b)  # a backward edge's side: over the top or under (LR), left or right (TB)
+        side = 1 if over else -1
+        if across:  # forward edges go right, from side to side; others arc over the top or under
             forward = xb > xa
-            start = (xa + width / 2, ya) if forward else (xa, ya + height / 2)
-            end = (xb - width / 2, yb) if forward else (xb, yb + height / 2)
-        else:  # forward edges go down, from bottom to top; others arc round the right
+            start = (xa + width / 2, ya) if forward else (xa, ya + side * height / 2)
+            end = (xb - width / 2, yb) if forward else (xb, yb + side * height / 2)
+        else:  # forward edges go down, from bottom to top; others arc round the left or right
             forward = yb < ya
-            start = (xa, ya - height / 2) if forward else (xa + width / 2, ya)
-            end = (xb, yb + height / 2) if forward else (xb + width / 2, yb)
+            side = -side  # the first rows are on the left
+            start = (xa, ya - height / 2) if forward else (xa + side * width / 2, ya)
+            end = (xb, yb + height / 2) if forward else (xb + side * width / 2, yb)
         arrow = FancyArrowPatch(
             start,
             end,
@@ -429,23 +442,24 @@ def _matplotlib_figure(drawn: Layout, rankdir: str = "LR") -> Any:
             linewidth=1.0,
             color=DELAYED_COLOUR if delayed else "#333333",
             linestyle="--" if delayed else "-",
-            connectionstyle="arc3,rad=0.0" if forward else "arc3,rad=0.45",
+            connectionstyle="arc3,rad=0.0" if forward else f"arc3,rad={0.45 if over == across else -0.45}",
             zorder=1,
         )
         ax.add_patch(arrow)
-        if delayed:
-            if across:
-                where = (
-                    (start[0] + end[0]) / 2,
-                    max(start[1], end[1]) + 0.2 + 0.25 * abs(start[0] - end[0]) / x_gap,
-                )
-            else:  # beside the middle of the arc (half way to arc3's control point)
-                dx, dy = end[0] - start[0], end[1] - start[1]
-                where = (
-                    (start[0] + end[0]) / 2 + 0.225 * dy + 0.1,
-                    (start[1] + end[1]) / 2 - 0.225 * dx,
-                )
-            ax.text(*where, "delayed", color=DELAYED_COLOUR, fontsize=7, ha="center" if across else "left")
+        if delayed and forward:
+            ax.text(
+                (start[0] + end[0]) / 2, (start[1] + end[1]) / 2 + 0.12, "delayed",
+                color=DELAYED_COLOUR, fontsize=7, ha="center",
+            )  # fmt: skip
+        elif delayed:  # beside the middle of the arc (half way to arc3's control point)
+            rad = 0.45 if over == across else -0.45
+            dx, dy = end[0] - start[0], end[1] - start[1]
+            where = ((start[0] + end[0]) / 2 + rad / 2 * dy, (start[1] + end[1]) / 2 - rad / 2 * dx)
+            offset = (0.0, 0.15 * side) if across else (0.1 * side, 0.0)
+            ax.text(
+                where[0] + offset[0], where[1] + offset[1], "delayed", color=DELAYED_COLOUR, fontsize=7,
+                ha="center" if across else ("right" if side < 0 else "left"), va="center",
+            )  # fmt: skip
     ax.set_xlim(*x_limits)
     ax.set_ylim(*y_limits)
     ax.set_aspect("equal")

@@ -178,3 +178,24 @@ def test_rankdir_reaches_the_text_forms_and_is_checked(tmp_path):
     with pytest.raises(nirbridge.ParameterError, match="rankdir='down'"):
         draw.to_dot(cnn, rankdir="down")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.mmd", "c.dot"]
+
+
+@pytest.mark.parametrize("rankdir", ["LR", "TB"])
+@pytest.mark.parametrize("path", [BRAILLE, NESTED])
+def test_the_matplotlib_drawing_routes_no_edge_through_a_box(path, rankdir):
+    """Each arrow, sampled along its curve, stays out of every box but its own two (the
+    Braille SRNN's delayed edge went through fc2's box)."""
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    drawn = draw.layout(nirbridge.read(path))
+    figure = draw._matplotlib_figure(drawn, rankdir)
+    ax = figure.axes[0]
+    boxes = dict(zip(drawn.boxes, (p.get_bbox() for p in ax.patches if isinstance(p, FancyBboxPatch))))
+    arrows = [p for p in ax.patches if isinstance(p, FancyArrowPatch)]
+    assert len(arrows) == len(drawn.edges) > 0 and len(boxes) == len(drawn.boxes)
+    for arrow, (a, b, _) in zip(arrows, drawn.edges):  # drawn in the layout's order
+        points = np.concatenate([curve(np.linspace(0, 1, 60)) for curve, _ in arrow.get_path().iter_bezier()])
+        crossed = {
+            name for name, box in boxes.items() if name not in (a, b) for p in points if box.contains(*p)
+        }
+        assert not crossed, (path.name, rankdir, a, b, crossed)

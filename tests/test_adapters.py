@@ -5,6 +5,7 @@ numpy reference; the real Braille and CNN files agree across the three backends.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import nir
 import norse.torch as nt
@@ -360,6 +361,18 @@ def test_bptt_through_50_steps_trains_an_imported_module(target):
 
 
 # ----------------------------------------------------------------------------- what NIR cannot express
+
+
+def test_an_export_names_every_change_an_exact_one_needs_at_once():
+    """RLeaky's defaults: the subtractive reset, the delayed reset and the recurrent bias,
+    in one export (the delayed reset was said only once the reset was mended)."""
+    model = nn.Sequential(nn.Linear(3, 4), snn.RLeaky(beta=0.9, linear_features=4, init_hidden=True))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        snntorch_adapter.to_nir(model, torch.zeros(1, 3))
+    said = [str(w.message) for w in caught if issubclass(w.category, nirbridge.LossyConversionWarning)]
+    assert len(said) == 3, said
+    assert "reset_mechanism='subtract'" in said[0] and "reset_delay=True" in said[1] and "bias" in said[2]
 
 
 @pytest.mark.parametrize(

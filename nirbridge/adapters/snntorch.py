@@ -109,6 +109,14 @@ def _check_behaviour(module: nn.Module, refractory_delay: bool) -> None:
             "zeroes the whole membrane one step after a spike (a one-step refractory period); "
             "NIR resets at once, so spikes right after a spike differ (use reset_delay=False)",
         )
+    elif refractory_delay and getattr(module, "reset_delay", False) and mechanism == "subtract":
+        # said with the reset, so that one export names every change an exact one needs
+        _lossy(
+            module,
+            "reset_delay=True",
+            "resets one step after a spike; NIR resets at once, so even with reset_mechanism='zero' "
+            "spikes right after a spike would differ (use reset_delay=False as well)",
+        )
     graded = torch.as_tensor(module.graded_spikes_factor)
     if bool((graded != 1).any()):
         _lossy(module, "graded_spikes_factor", "scales spikes, which NIR cannot express; exported as 1")

@@ -908,3 +908,17 @@ def test_big_endian_input_spikes_run(tmp_path):
         main, ["run", str(BRAILLE), "--dt", "1e-4", "--input", str(tmp_path / "be.h5")]
     )
     assert result.exit_code == 0, result.output
+
+
+def test_run_takes_a_device_and_says_the_first_call_apart(tmp_path):
+    runner = CliRunner()
+    ok = runner.invoke(main, ["run", str(BRAILLE), "--dt", "1e-4", "--steps", "20", "--device", "cpu"])
+    assert ok.exit_code == 0, ok.output
+    assert "ms per step); the first call took" in ok.stdout  # the steady time, then the first call's
+    for device, says in [
+        ("tpu", "--device tpu: not a torch device"),
+        ("meta", "--device meta: nirbridge runs on cpu or cuda"),
+        *([] if torch.cuda.is_available() else [("cuda", "--device cuda: torch sees no CUDA device here")]),
+    ]:
+        bad = runner.invoke(main, ["run", str(BRAILLE), "--dt", "1e-4", "--device", device])
+        assert bad.exit_code == 1 and says in bad.output, bad.output

@@ -1164,6 +1164,11 @@ def _as_script(path: str) -> Iterator[None]:
 
 def _script_failed(spec: str, path: str, doing: str, error: BaseException) -> str:
     """What to say when ``path`` raised ``error`` (SystemExit included) while loaded."""
+    if isinstance(error, GeneratorExit):
+        return (
+            f"--against {spec}: {doing} raised GeneratorExit, which ends a generator, not a script; "
+            "it gave no model"
+        )
     if isinstance(error, SystemExit):
         code = error.code
         status = (
@@ -1196,7 +1201,7 @@ def _native_model(spec: str, weights: str | None) -> Any:
     with _as_script(path):
         try:
             loader.loader.exec_module(module)
-        except (Exception, SystemExit) as error:
+        except (Exception, SystemExit, GeneratorExit) as error:
             sys.modules.pop(module_name, None)
             raise ParameterError(_script_failed(spec, path, f"running {path}", error)) from error
     if not hasattr(module, name):
@@ -1211,7 +1216,7 @@ def _native_model(spec: str, weights: str | None) -> Any:
         with _as_script(path):
             try:
                 value = value()
-            except SystemExit as error:
+            except (SystemExit, GeneratorExit) as error:
                 raise ParameterError(_script_failed(spec, path, f"calling {name}()", error)) from error
             except Exception as error:
                 raise ParameterError(
@@ -1220,16 +1225,26 @@ def _native_model(spec: str, weights: str | None) -> Any:
                 ) from error
     if not isinstance(value, torch.nn.Module):
         raise ParameterError(f"--against {spec}: {name} gave a {type(value).__name__}, not a torch.nn.Module")
-    if weights is not None:
+    with _as_script(path):  # the model's own methods run here too: an exit in them is the file's
+        if weights is not None:
+            try:
+                state = torch.load(weights, map_location="cpu", weights_only=True)
+                value.load_state_dict(state)
+            except (SystemExit, GeneratorExit) as error:
+                raise ParameterError(_script_failed(spec, path, f"{name}.load_state_dict", error)) from error
+            except Exception as error:
+                raise ParameterError(
+                    f"--weights {weights}: cannot load it into {name} ({type(error).__name__}: {error}); "
+                    "give the state dict torch.save(model.state_dict(), path) wrote"
+                ) from error
         try:
-            state = torch.load(weights, map_location="cpu", weights_only=True)
-            value.load_state_dict(state)
+            return value.eval()
+        except (SystemExit, GeneratorExit) as error:
+            raise ParameterError(_script_failed(spec, path, f"{name}.eval()", error)) from error
         except Exception as error:
             raise ParameterError(
-                f"--weights {weights}: cannot load it into {name} ({type(error).__name__}: {error}); "
-                "give the state dict torch.save(model.state_dict(), path) wrote"
+                f"--against {spec}: {name}.eval() failed ({type(error).__name__}: {error})"
             ) from error
-    return value.eval()
 
 
 # ----------------------------------------------------------------------------- conformance

@@ -332,10 +332,15 @@ def verify(
             except NirBridgeError as error:
                 error.add_note(f"nirbridge.verify: while running the {which} ({type(side).__name__})")
                 raise
-            except SystemExit as error:  # a model's forward that calls sys.exit (a script's habit)
+            except (SystemExit, GeneratorExit) as error:  # a forward that calls sys.exit (a script's habit)
+                what = (
+                    f"called sys.exit({error.code!r})"
+                    if isinstance(error, SystemExit)
+                    else "raised GeneratorExit"
+                )
                 raise VerifyError(
-                    f"the {which} ({type(side).__name__}) called sys.exit({error.code!r}) while running; "
-                    "a model's forward must return its outputs: move the exit out of the model"
+                    f"the {which} ({type(side).__name__}) {what} while running; a model's forward must "
+                    "return its outputs: move the exit out of the model"
                 ) from error
             except Exception as error:
                 if isinstance(error, Warning):  # a warning the caller turned into an error

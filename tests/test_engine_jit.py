@@ -128,3 +128,9 @@ def test_no_writable_cache_location_runs_uncached_with_one_warning(tmp_path):
     assert len(result["warnings"]) == 1, result["warnings"]
     assert "no writable cache location" in result["warnings"][0]
     assert not (tmp_path / "unused").exists()
+
+
+def test_numba_s_jit_switched_off_runs_the_kernels_as_python(tmp_path):
+    """``NUMBA_DISABLE_JIT=1`` (numba's debugging switch) gives plain functions, which have
+    no cache to guard: the run goes on, equal to the eager back-end, without a word."""
+    assert run(tmp_path / "unused", NUMBA_DISABLE_JIT="1")["warnings"] == []

@@ -60,7 +60,9 @@ def _same_kernel(result: Any, function: Callable[..., Any], signature: Any) -> b
 
 def _guard(dispatcher: Any, function: Callable[..., Any]) -> None:
     """Wrap ``dispatcher``'s cache so that loading and saving can only miss, never raise."""
-    cache = dispatcher._cache
+    cache = getattr(dispatcher, "_cache", None)
+    if cache is None:  # not a caching dispatcher (NUMBA_DISABLE_JIT=1 gives the Python function)
+        return
     load, save = cache.load_overload, cache.save_overload
     name = function.__name__.lstrip("_")
     folder = getattr(cache, "cache_path", None)
@@ -92,6 +94,8 @@ def _guard(dispatcher: Any, function: Callable[..., Any]) -> None:
         try:
             save(signature, result)
         except Exception as error:  # noqa: BLE001 - an unwritable or damaged cache: kept in memory
+            if (name, "load") in _SAID:  # said already: rebuilt, and the cache not rewritten
+                return
             _say(
                 name,
                 "save",

@@ -56,6 +56,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils import _pytree as pytree
 
 from .errors import InputError, NirBridgeError, ParameterError
 from .limits import allocation_failure, check_memory
@@ -100,8 +101,8 @@ class Stateless(_Wrapper):
     """``Stateless(model)``: the model keeps no state between calls and treats the rows of
     its input alone, so :func:`nirbridge.run` calls it once over all ``T·B`` rows of a
     sequence (a custom layer nirbridge cannot vouch for). torch's own layers that mix
-    rows (softmax over dim 0 or an implicit dim, batch norm or dropout in training
-    mode, attention) are still stepped, ``model(x[t])`` per step."""
+    rows (softmax over dim 0 or an implicit dim, batch norm without running statistics,
+    dropout in training mode, attention) are still stepped, ``model(x[t])`` per step."""
 
 
 class Steps(_Wrapper):
@@ -287,6 +288,8 @@ def _rowwise(module: nn.Module) -> bool | None:
     to mix them: softmax over dim 0 or an implicit dim, batch statistics, attention,
     dropout drawing its masks in another order), or None (a forward nirbridge cannot read)."""
     kind = type(module)
+    if module._forward_hooks or module._forward_pre_hooks:  # a hook may read or change any row
+        return None
     if isinstance(module, nn.Sequential):
         return kind.forward is nn.Sequential.forward or None
     if kind in (nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.GLU):
@@ -296,7 +299,8 @@ def _rowwise(module: nn.Module) -> bool | None:
     if kind is nn.Unflatten:
         return isinstance(module.dim, int) and module.dim >= 1
     if isinstance(module, nn.modules.batchnorm._NormBase) and kind.__module__.startswith("torch.nn.modules."):
-        return not module.training  # in training: statistics over the rows given
+        # statistics over the rows given: in training, and always without running statistics
+        return not module.training and module.track_running_stats
     if isinstance(module, nn.modules.dropout._DropoutNd) and kind.__module__.startswith("torch.nn.modules."):
         return not module.training  # in training: the masks of all T·B rows drawn at once
     if kind in _ROWWISE or kind.__module__.startswith("nirbridge.layers"):
@@ -804,7 +808,9 @@ def _start(native: NativePlan, state: Any, x: torch.Tensor, put_back: Callable[[
     for path, (module, sim) in native.holders.items():
         sim.reset(module)
         sim.load(module, state[HIDDEN][path])
-    return state.get(PASSED)
+    # new containers, the same tensors: a forward that writes into the list it is given
+    # (norse's SequentialState) must not change the state the caller passed in
+    return pytree.tree_map(lambda leaf: leaf, state.get(PASSED))
 
 
 Buffers = list[tuple[nn.Module, dict[str, Any], dict[str, torch.Tensor]]]

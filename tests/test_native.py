@@ -996,6 +996,12 @@ class Centered(nn.Module):
         return y - y.mean(0)
 
 
+def hooked() -> nn.Module:
+    model = nn.Sequential(nn.Linear(5, 6), nn.ReLU())
+    model[0].register_forward_hook(lambda module, args, out: out - out.mean(0))
+    return model
+
+
 @pytest.mark.parametrize(
     "model, x",
     [
@@ -1013,6 +1019,11 @@ class Centered(nn.Module):
         ),  # [B, E] is one unbatched sequence: attention over the batch
         (Centered(), torch.randn(4, 3, 5)),  # a forward nirbridge cannot read
         (nn.Sequential(nn.Linear(5, 6), nn.Dropout(0.5)).train(), torch.randn(4, 3, 5)),
+        (
+            nn.Sequential(nn.Linear(5, 6), nn.BatchNorm1d(6, track_running_stats=False)).eval(),
+            torch.randn(4, 3, 5),
+        ),
+        (hooked(), torch.randn(4, 3, 5)),  # a forward hook that centres the batch
     ],
     ids=[
         "softmax0",
@@ -1022,6 +1033,8 @@ class Centered(nn.Module):
         "transformer",
         "custom",
         "dropout",
+        "batchnorm-without-running-statistics",
+        "hook",
     ],
 )
 @pytest.mark.filterwarnings("ignore:Implicit dimension choice")
@@ -1056,3 +1069,20 @@ def test_an_input_without_a_time_axis_is_said_to_lack_it_not_blamed_on_the_model
         nirbridge.run(model, torch.rand(4, 6))
     text = str(caught.value)
     assert "x.unsqueeze(0)" in text and "x.unsqueeze(1)" in text and "WholeSequence" not in text, text
+
+
+def test_a_state_passed_in_is_never_changed_by_a_forward_that_writes_into_it():
+    """norse's SequentialState writes each layer's new state into the list it is given:
+    the caller's state stays as it was, so two runs from it give the same outputs."""
+    torch.manual_seed(0)
+    model = norse.SequentialState(nn.Linear(4, 5), norse.LIFCell())
+    x = (torch.rand(6, 3, 4) < 0.6).float() * 3
+    more = (torch.rand(5, 3, 4) < 0.6).float() * 3
+    state = nirbridge.run(model, x).state
+    kept = [s for s in state["passed"]]
+    values = [t.clone() for t in state["passed"][1]]
+    first = nirbridge.run(model, more, state=state).output
+    assert all(a is b for a, b in zip(state["passed"], kept))
+    assert all(torch.equal(a, b) for a, b in zip(state["passed"][1], values))
+    assert torch.equal(nirbridge.run(model, more, state=state).output, first)
+    assert torch.equal(nirbridge.run(model, torch.cat([x, more])).output[6:], first)

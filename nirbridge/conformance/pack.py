@@ -388,9 +388,10 @@ def inputs_of(path: str, graph: nir.NIRGraph) -> dict[str, np.ndarray]:
             grid = None if grid is None else np.asarray(grid.data)  # (B, T, n)
             n = math.prod(shape)
             if grid is None or grid.ndim != 3 or min(grid.shape[:2]) < 1 or grid.shape[2] != n:
+                held = {k: list(np.shape(v.observables["output"].data)) for k, v in data.nodes.items()}
                 raise ValueError(
-                    f"{beside} holds no [B, T, {n}] spikes for Input {key!r} (it holds "
-                    f"{sorted(data.nodes)}): from another graph; move it away to run on random inputs"
+                    f"{beside} holds no spikes [B >= 1, T >= 1, {n}] for Input {key!r} (it holds {held}); "
+                    "move it away to run on random inputs"
                 )
             steps, batch = grid.shape[1], grid.shape[0]
             inputs[key] = grid.transpose(1, 0, 2).reshape(steps, batch, *shape).astype(np.float64)

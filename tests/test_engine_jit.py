@@ -88,20 +88,27 @@ def empty_files(cache):
         path.write_bytes(b"")
 
 
+def pipe(cache):
+    """A named pipe in place of the index: numba's read of it would block for ever."""
+    for path in files(cache, "_scan", ".nbi"):
+        path.unlink()
+        os.mkfifo(path)
+
+
 def swapped(cache):
     """The scan's data file replaced by its reverse kernel's: numba loads it as the scan."""
     (forward,), (backward,) = files(cache, "_scan", ".nbc"), files(cache, "_scan_backward", ".nbc")
     forward.write_bytes(backward.read_bytes())
 
 
-@pytest.mark.parametrize("damage", [truncate, garbage_index, empty_files, swapped])
+@pytest.mark.parametrize("damage", [truncate, garbage_index, empty_files, pipe, swapped])
 def test_a_damaged_cache_is_rebuilt_with_one_warning_naming_it(damage, warm, tmp_path):
     cache = damaged(warm, tmp_path, damage)
     first = run(cache)
     assert len(first["warnings"]) == 1, first["warnings"]
     (text,) = first["warnings"]
     assert str(cache) in text and "rebuilt" in text and "NUMBA_CACHE_DIR" in text, text
-    if damage in (truncate, swapped):  # the next process finds the rebuilt kernel
+    if damage in (truncate, pipe, swapped):  # the next process finds the rebuilt kernel
         assert run(cache)["warnings"] == [], "the rebuilt kernel should have replaced the damaged entry"
 
 

@@ -655,3 +655,26 @@ def test_metrics_of_runs_of_different_lengths_add_up_over_values():
     assert 0 < zeros < values
     assert total.activation_sparsity == pytest.approx(zeros / values, abs=1e-12)
     assert node == pytest.approx(zeros / values, abs=1e-12)
+
+
+def test_metrics_of_modules_with_other_weights_do_not_add_up():
+    """Same node names, other weights (a zero more): refused, not the first run's
+    connection sparsity kept."""
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(8, 5))
+    thinner = w.copy()
+    thinner[0, 0] = 0.0
+    lif = nir.LIF(np.full(8, 5e-3), np.full(8, 5.0), np.zeros(8), np.ones(8), np.zeros(8))
+    x = (torch.rand(10, 2, 5, generator=torch.Generator().manual_seed(0)) < 0.5).double()
+    metrics = [
+        nirbridge.run(
+            nirbridge.nir_to_torch(
+                nir.NIRGraph.from_list(nir.Linear(weights), lif), dt=1e-3, dtype=torch.float64
+            ),
+            x,
+            record="metrics",
+        ).metrics()
+        for weights in (w, thinner)
+    ]
+    with pytest.raises(MetricsError, match="modules with other weights .connection_sparsity"):
+        metrics[0] + metrics[1]

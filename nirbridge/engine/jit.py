@@ -23,6 +23,7 @@ what to do.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +59,20 @@ def _same_kernel(result: Any, function: Callable[..., Any], signature: Any) -> b
     return qualname == function.__qualname__ and arguments == tuple(signature)
 
 
+def _not_regular(cache: Any) -> str | None:
+    """The first of the kernel's cache files (its index, its data files) that exists but
+    is not a regular file or a folder: reading a named pipe blocks for ever."""
+    try:
+        folder = cache.cache_path
+        base = cache._cache_file._index_name.removesuffix(".nbi")
+        for entry in os.scandir(folder):
+            if entry.name.startswith(base) and not (entry.is_file() or entry.is_dir()):
+                return entry.name
+    except (AttributeError, OSError):
+        return None
+    return None
+
+
 def _guard(dispatcher: Any, function: Callable[..., Any]) -> None:
     """Wrap ``dispatcher``'s cache so that loading and saving can only miss, never raise."""
     cache = getattr(dispatcher, "_cache", None)
@@ -68,7 +83,10 @@ def _guard(dispatcher: Any, function: Callable[..., Any]) -> None:
     folder = getattr(cache, "cache_path", None)
 
     def guarded_load(signature: Any, target_context: Any) -> Any:
+        odd = _not_regular(cache)
         try:
+            if odd:  # a pipe or a device would block numba's read for ever
+                raise OSError(f"{odd} is not a regular file")
             result = load(signature, target_context)
         except Exception as error:  # noqa: BLE001 - a damaged file of any kind is a miss
             problem = f"could not be read ({_reason(error)})"

@@ -81,8 +81,9 @@ class Metrics:
     def __add__(self, other: Metrics) -> Metrics:
         """Both runs' metrics together, as NeuroBench's ``Benchmark`` accumulates
         batches: the per-sample counts and the activation sparsity as means weighted by
-        each run's samples, the per-node sparsity from the zeros and values of both.
-        ``steps`` is the longer run's."""
+        each run's samples, the activation sparsity (overall and per node) from the zeros
+        and values of both. ``steps`` is the longer run's. Runs of modules with other
+        weights (another footprint or connection sparsity) are refused."""
         if not isinstance(other, Metrics):
             return NotImplemented
         names = [layer.name for layer in self.layers]
@@ -90,6 +91,14 @@ class Metrics:
             raise MetricsError(
                 "metrics add up over runs of one module (the batches of a data set); these count "
                 f"different graphs (nodes {names[:4]} and {[la.name for la in other.layers][:4]})"
+            )
+        static = ("footprint", "connection_sparsity")  # what the weights give, the same for every batch
+        differ = [f for f in static if getattr(self, f) != getattr(other, f)]
+        if differ:
+            pairs = ", ".join(f"{f} {getattr(self, f)} and {getattr(other, f)}" for f in differ)
+            raise MetricsError(
+                "metrics add up over runs of one module (the batches of a data set); these come from "
+                f"modules with other weights ({pairs})"
             )
         a, b = self.samples, other.samples
 

@@ -1091,7 +1091,7 @@ def verify_command(
     # may name their Input nodes otherwise ("x" and "input")
     given = next(iter(inputs.values())) if len(inputs) == 1 else list(inputs.values())
     differ = False
-    for candidate in candidates or ("norse", "snntorch"):
+    for candidate in candidates or _importable(("norse", "snntorch")):
         if candidate in BACKENDS:
             other: Any = candidate
         elif _native_spec(candidate):
@@ -1138,6 +1138,27 @@ def verify_command(
             )
     if differ:
         sys.exit(1)
+
+
+def _importable(simulators: tuple[str, ...]) -> tuple[str, ...]:
+    """Those of ``simulators`` whose package imports here; each other one is left out with a
+    line on stderr saying how to install it (a default run is never aborted for one)."""
+    from .adapters._optional import require
+
+    found = []
+    for name in simulators:
+        try:
+            require({"norse": "norse.torch"}.get(name, name), name)
+        except NirBridgeError as error:
+            _echo(f"nirbridge verify: {name} left out: {error}", err=True)
+        else:
+            found.append(name)
+    if not found:
+        raise ParameterError(
+            f"none of {', '.join(simulators)} can be imported here: install one, or give --against "
+            "nirbridge, a .nir file or FILE.py:NAME"
+        )
+    return tuple(found)
 
 
 def _native_spec(candidate: str) -> bool:

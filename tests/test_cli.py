@@ -928,3 +928,20 @@ def test_run_takes_a_device_and_says_the_first_call_apart(tmp_path):
     ]:
         bad = runner.invoke(main, ["run", str(BRAILLE), "--dt", "1e-4", "--device", device])
         assert bad.exit_code == 1 and says in bad.output, bad.output
+
+
+def test_a_default_verify_leaves_out_a_simulator_that_cannot_be_imported():
+    """norse blocked from import (as where it is not installed, or installed without
+    nirtorch): the default verify runs snntorch and says in one line what it left out."""
+    code = (
+        "import sys; sys.modules['norse'] = None\n"
+        "from nirbridge.cli import main\n"
+        f"main(['verify', {str(BRAILLE)!r}, '--dt', '1e-4', '--steps', '20'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "vs snntorch: agree" in done.stdout and "vs norse" not in done.stdout
+    (said,) = [line for line in done.stderr.splitlines() if "left out" in line]
+    assert said.startswith("nirbridge verify: norse left out:") and "pip install nirtorch" in said

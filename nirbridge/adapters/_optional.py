@@ -10,7 +10,8 @@ from types import ModuleType
 from ..errors import NirBridgeError
 
 _INSTALL = {
-    "norse": "pip install norse --no-deps (norse declares torchvision, which would pull a CUDA torch)",
+    "norse": "pip install nirtorch && pip install norse==1.1.0 --no-deps (norse imports nirtorch, and "
+    "declares torchvision, which would pull a second torch)",
     "snntorch": "pip install snntorch",
     "spikingjelly": "pip install spikingjelly==2.0.0 loguru --no-deps (spikingjelly declares torchvision "
     "and torchaudio, which would pull a second torch)",
@@ -23,8 +24,9 @@ def require(module: str, package: str) -> ModuleType:
     handlers = list(root.handlers)
     try:
         with warnings.catch_warnings():
-            # norse 1.1 uses torch.jit.script at import time, which torch 2.13 deprecates
-            warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", DeprecationWarning)
+            # norse 1.1 uses torch.jit.script at import time, which torch 2.13 deprecates (a
+            # DeprecationWarning) and torch 2.14 too (a FutureWarning): not nirbridge's code
+            warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated")
             return importlib.import_module(module)
     except ImportError as error:
         raise NirBridgeError(

@@ -1371,6 +1371,7 @@ def conformance_command(
         dt=dt,
         python=python,
         with_pack=with_pack,
+        progress=True,
     )
     _echo(report)
     if json_path is not None:

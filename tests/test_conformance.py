@@ -343,6 +343,15 @@ def test_the_command_line_prints_the_table_and_writes_the_json(tmp_path):
     assert "diagnosis: r ignored" in done.stdout and f"wrote {tmp_path / 'r.json'}" in done.stdout
     document = json.loads((tmp_path / "r.json").read_text())
     assert [r["simulator"] for r in document["results"]] == ["nirbridge", "norse", "nirbridge+norse"]
+    second = separating_graph(tmp_path / "h.nir", 2.0)
+    two = subprocess.run([*command, second, "--steps", "5"], capture_output=True, text=True)
+    assert two.returncode == 0, two.stderr
+    said = two.stderr.splitlines()  # a line per file as it goes (not a terminal: no bar), flushed
+    assert (
+        said[0].startswith("conformance: 1 of 2 files in ")
+        and "s left; now h.nir on 2 simulator(s)" in said[0]
+    )
+    assert said[1].startswith("conformance: 2 files measured in ")
     missing = subprocess.run([*command[:4], str(tmp_path / "none.nir")], capture_output=True, text=True)
     assert missing.returncode == 1 and "none.nir" in missing.stderr and len(missing.stderr.splitlines()) == 1
 

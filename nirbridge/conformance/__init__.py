@@ -38,6 +38,7 @@ import json
 import math
 import os
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -451,6 +452,7 @@ def conformance(
     dt: float | None = None,
     python: Mapping[str, str] | None = None,
     with_pack: bool = False,
+    progress: bool = False,
 ) -> Report:
     """Measure every simulator's NIR import against NIR's equations on ``files``.
 
@@ -464,6 +466,8 @@ def conformance(
         python: ``{peer: interpreter}`` for the peers of :data:`PEERS` that run in a
             Python of their own (default: ``.venv-peers/NAME/bin/python`` where it exists).
         with_pack: also every graph of the conformance pack (:mod:`.pack`).
+        progress: say on stderr how far it is and about how long is left (a bar on a
+            terminal, else a line per file, flushed).
 
     A file with ``NAME.inputs.h5`` beside it (as the pack's graphs have) runs on those
     inputs instead of random ones.
@@ -500,7 +504,9 @@ def conformance(
     if not paths:
         raise ConformanceError("conformance() needs files, or with_pack=True for the conformance pack")
     results: list[Result] = []
+    told = _Progress(len(paths), len(chosen), progress)
     for path in paths:
+        told.next(path)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -552,12 +558,51 @@ def conformance(
                         cache,
                     )
                 )
+    told.close()
     from .. import __version__
 
     versions = {"nirbridge": {"version": __version__, "python": sys.executable}}
     for name in chosen:
         versions[name] = {"version": found[name].version(), "python": found[name].python}
     return Report(paths, versions, results, steps, batch)
+
+
+class _Progress:
+    """How far :func:`conformance` is, on stderr: a tqdm bar over files x simulators on a
+    terminal, else one line per file with an estimate of what is left (a log file of
+    ``make conformance`` shows it as it goes)."""
+
+    def __init__(self, files: int, simulators: int, enabled: bool) -> None:
+        self.files, self.simulators, self.done = files, simulators, 0
+        self.enabled, self.started = enabled, time.perf_counter()
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=files * simulators, unit="run", desc="conformance", file=sys.stderr)
+
+    def next(self, path: str) -> None:
+        """``path`` is about to be measured (the one before it is done)."""
+        if self.done and self.bar is not None:
+            self.bar.update(self.simulators)
+        elif self.done and self.enabled:
+            elapsed = time.perf_counter() - self.started
+            left = elapsed / self.done * (self.files - self.done)
+            print(
+                f"conformance: {self.done} of {self.files} files in {elapsed:.0f} s, about {left:.0f} s "
+                f"left; now {os.path.basename(path)} on {self.simulators} simulator(s)",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.done += 1
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.update(self.simulators)
+            self.bar.close()
+        elif self.enabled:
+            elapsed = time.perf_counter() - self.started
+            print(f"conformance: {self.files} files measured in {elapsed:.0f} s", file=sys.stderr, flush=True)
 
 
 def _measure(

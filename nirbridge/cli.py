@@ -24,6 +24,7 @@ warnings are printed as one line each.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -1038,6 +1039,20 @@ def _run_table(result: Any) -> str:
 @click.option("--rate", type=float, default=0.2, show_default=True, help="Input spike probability per step.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random input.")
 @click.option("--dt", type=float, default=None, help="Time step in seconds (default: the file's, else 1e-4).")
+@click.option(
+    "--input",
+    "input_file",
+    type=click.Path(path_type=str),
+    default=None,
+    help="HDF5 file of input spikes, as run --input takes it (instead of random spikes).",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Also write every comparison as JSON ('-': print only the JSON).",
+)
 @click.option("--atol", type=float, default=1e-6, show_default=True, help="Absolute tolerance for values.")
 @click.option("--rtol", type=float, default=1e-5, show_default=True, help="Relative tolerance for values.")
 @click.option(
@@ -1059,6 +1074,8 @@ def verify_command(
     rate: float,
     seed: int,
     dt: float | None,
+    input_file: str | None,
+    json_out: str | None,
     atol: float,
     rtol: float,
     allow_negative_tau: bool,
@@ -1077,6 +1094,7 @@ def verify_command(
       nirbridge verify braille.nir --against norse --against snntorch --steps 200
       nirbridge verify model.nir --against model_retrained.nir
       nirbridge verify model.nir --against train.py:Net --weights net.pt
+      nirbridge verify model.nir --input spikes.h5 --json report.json
 
     A native model (FILE.py:NAME) is run as its simulator runs it and compared layer
     by layer, under the names of the NIR nodes its layers became.
@@ -1085,8 +1103,20 @@ def verify_command(
 
     if weights is not None and not any(_native_spec(c) for c in candidates):
         raise ParameterError("--weights loads into a native model: give one with --against FILE.py:NAME")
+    _outputs_apart(
+        {"FILE": file, "--input": input_file, "--weights": weights},
+        {"--json": None if json_out == "-" else json_out},
+    )
     graph = _graph(file)
-    inputs = _random_spikes(_input_shapes(graph, file), steps, batch, rate, seed)
+    if input_file is None:
+        inputs = _random_spikes(_input_shapes(graph, file), steps, batch, rate, seed)
+    else:
+        declared = {n: tuple(graph_utils.declared_shape(v.input_type) or ()) for n, v in graph.nodes.items()}
+        inputs = _spikes_file(
+            input_file, {n: declared[n] for n, v in graph.nodes.items() if isinstance(v, nir.Input)}, None
+        )
+    quiet = json_out == "-"
+    documents: list[dict[str, Any]] = []
     # by position, as nirbridge.verify takes a tensor or a list: two exports of one network
     # may name their Input nodes otherwise ("x" and "input")
     given = next(iter(inputs.values())) if len(inputs) == 1 else list(inputs.values())
@@ -1116,7 +1146,22 @@ def verify_command(
         compared = len(report.comparisons)
         silent = report.silent
         spiked = sum(1 for c in report.comparisons if c.spikes and not c.silent)
-        if not report.agree:
+        verified = report.agree and (allow_silent or not silent)
+        documents.append(
+            {
+                "file": file,
+                "against": candidate,
+                "verified": verified,
+                "agree": report.agree,
+                "steps": report.steps,
+                "first_divergence": list(report.first_divergence) if report.first_divergence else None,
+                "silent": list(silent),
+                "comparisons": [dataclasses.asdict(c) for c in report.comparisons],
+            }
+        )
+        if quiet:
+            differ = differ or not verified
+        elif not report.agree:
             differ = True
             step, key = report.first_divergence or (None, None)
             what = f"first at step {step} in {key!r}" if step is not None else "cannot be compared"
@@ -1136,6 +1181,15 @@ def verify_command(
                 f"{file} vs {candidate}: agree on {compared} outputs and records over {report.steps} steps"
                 + (f" ({spiked} of them spiking)" if spiked else "")
             )
+    if json_out is not None:
+        document = json.dumps(documents, indent=2, default=str) + "\n"
+        if quiet:
+            click.echo(document, nl=False)
+        else:
+            from .io import atomic_write
+
+            atomic_write(json_out, lambda temporary: Path(temporary).write_text(document, encoding="utf-8"))
+            _echo(f"wrote {json_out}")
     if differ:
         sys.exit(1)
 

@@ -945,3 +945,31 @@ def test_a_default_verify_leaves_out_a_simulator_that_cannot_be_imported():
     assert "vs snntorch: agree" in done.stdout and "vs norse" not in done.stdout
     (said,) = [line for line in done.stderr.splitlines() if "left out" in line]
     assert said.startswith("nirbridge verify: norse left out:") and "pip install nirtorch" in said
+
+
+def test_verify_takes_an_input_file_and_writes_json(tmp_path):
+    """``--input`` as run takes it (the steps are the file's), ``--json PATH`` beside the
+    table, ``--json -`` alone on stdout, and the JSON never over FILE."""
+    with h5py.File(tmp_path / "spikes.h5", "w") as file:
+        file["input"] = (np.random.default_rng(0).random((30, 2, 12)) < 0.3).astype(np.float32)
+    runner = CliRunner()
+    base = [
+        "verify",
+        str(BRAILLE),
+        "--dt",
+        "1e-4",
+        "--against",
+        "snntorch",
+        "--input",
+        str(tmp_path / "spikes.h5"),
+    ]
+    written = runner.invoke(main, [*base, "--json", str(tmp_path / "v.json")])
+    assert written.exit_code == 0, written.output
+    assert "over 30 steps" in written.stdout and f"wrote {tmp_path / 'v.json'}" in written.stdout
+    (document,) = json.loads((tmp_path / "v.json").read_text())
+    assert document["verified"] and document["steps"] == 30 and document["against"] == "snntorch"
+    assert {c["key"] for c in document["comparisons"]} >= {"fc1", "lif1.lif", "output"}
+    alone = runner.invoke(main, [*base, "--json", "-"])
+    assert alone.exit_code == 0 and json.loads(alone.stdout)[0]["verified"] is True
+    over = runner.invoke(main, [*base, "--json", str(BRAILLE)])
+    assert over.exit_code == 1 and "which this command reads" in over.output

@@ -1352,7 +1352,7 @@ def _native_model(spec: str, weights: str | None) -> Any:
     "pythons",
     multiple=True,
     help="NAME=PATH: the Python in which peer NAME (sinabs, rockpool, spyx) imports; repeat it. "
-    "Default: .venv-peers/NAME/bin/python where it exists (make conformance builds them).",
+    "Default: .venv-peers/NAME/bin/python in nirbridge's checkout where it exists (make peers builds them).",
 )
 @_one_line_errors("conformance")
 def conformance_command(

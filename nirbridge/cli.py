@@ -23,7 +23,6 @@ warnings are printed as one line each.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
@@ -35,7 +34,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ from .draw import ENGINES, RANKDIRS
 from .errors import InputError, NirBridgeError, NirFileError, ParameterError
 from .io import NirFile, load
 from .limits import check_memory
+from .model_file import is_model_file, model_from_file
 from .text import printable, printable_lines
 
 __all__ = ["main", "summarize"]
@@ -1101,7 +1101,7 @@ def verify_command(
     """
     from .verify import BACKENDS, verify
 
-    if weights is not None and not any(_native_spec(c) for c in candidates):
+    if weights is not None and not any(is_model_file(c) for c in candidates):
         raise ParameterError("--weights loads into a native model: give one with --against FILE.py:NAME")
     _outputs_apart(
         {"FILE": file, "--input": input_file, "--weights": weights},
@@ -1124,8 +1124,8 @@ def verify_command(
     for candidate in candidates or _importable(("norse", "snntorch")):
         if candidate in BACKENDS:
             other: Any = candidate
-        elif _native_spec(candidate):
-            other = _native_model(candidate, weights)
+        elif is_model_file(candidate):
+            other = model_from_file(candidate, weights)
         elif candidate.endswith(".nir") or os.path.exists(candidate):
             other = _graph(candidate)
         else:
@@ -1213,113 +1213,6 @@ def _importable(simulators: tuple[str, ...]) -> tuple[str, ...]:
             "nirbridge, a .nir file or FILE.py:NAME"
         )
     return tuple(found)
-
-
-def _native_spec(candidate: str) -> bool:
-    path, _, name = candidate.rpartition(":")
-    return path.endswith(".py") and name.isidentifier()
-
-
-@contextlib.contextmanager
-def _as_script(path: str) -> Iterator[None]:
-    """Run code of ``path`` as ``python path`` would see it: its folder first on
-    ``sys.path`` (so ``from model import Net`` beside it imports) and ``sys.argv`` =
-    ``[path]`` (so an argparse script reads no nirbridge options); both restored after.
-    What it prints goes to stderr, so that it cannot mix with the command's own output."""
-    folder = os.path.dirname(os.path.abspath(path))
-    saved_path, saved_argv = list(sys.path), list(sys.argv)
-    sys.path.insert(0, folder)
-    sys.argv = [path]
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-    finally:
-        sys.path[:], sys.argv[:] = saved_path, saved_argv
-
-
-def _script_failed(spec: str, path: str, doing: str, error: BaseException) -> str:
-    """What to say when ``path`` raised ``error`` (SystemExit included) while loaded."""
-    if isinstance(error, GeneratorExit):
-        return (
-            f"--against {spec}: {doing} raised GeneratorExit, which ends a generator, not a script; "
-            "it gave no model"
-        )
-    if isinstance(error, SystemExit):
-        code = error.code
-        status = (
-            "" if code in (None, 0) else f" with status {code}" if isinstance(code, int) else f" ({code})"
-        )
-        return (
-            f"--against {spec}: {doing} exited{status} (sys.exit or argparse) before giving a model; "
-            f'nirbridge imports {path} as a module, so add an `if __name__ == "__main__":` guard '
-            "around its script part (argument parsing, training, sys.exit)"
-        )
-    return f"--against {spec}: {doing} failed: {type(error).__name__}: {error}"
-
-
-def _native_model(spec: str, weights: str | None) -> Any:
-    """The model FILE.py:NAME names (a class built without arguments, a function that
-    returns a model, or a model), with ``weights`` (a state dict) loaded."""
-    import importlib.util
-
-    import torch
-
-    path, _, name = spec.rpartition(":")
-    if not os.path.isfile(path):
-        raise ParameterError(f"--against {spec}: {path} is not a file")
-    module_name = f"nirbridge_native_{abs(hash(os.path.abspath(path)))}"
-    loader = importlib.util.spec_from_file_location(module_name, path)
-    if loader is None or loader.loader is None:
-        raise ParameterError(f"--against {spec}: {path} cannot be imported as Python")
-    module = importlib.util.module_from_spec(loader)
-    sys.modules[module_name] = module  # dataclasses and pickling look classes up here
-    with _as_script(path):
-        try:
-            loader.loader.exec_module(module)
-        except (Exception, SystemExit, GeneratorExit) as error:
-            sys.modules.pop(module_name, None)
-            raise ParameterError(_script_failed(spec, path, f"running {path}", error)) from error
-    if not hasattr(module, name):
-        found = sorted(
-            k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.nn.Module)
-        )
-        raise ParameterError(
-            f"--against {spec}: {path} has no {name!r}; its modules: {', '.join(found) or 'none'}"
-        )
-    value = getattr(module, name)
-    if not isinstance(value, torch.nn.Module):
-        with _as_script(path):
-            try:
-                value = value()
-            except (SystemExit, GeneratorExit) as error:
-                raise ParameterError(_script_failed(spec, path, f"calling {name}()", error)) from error
-            except Exception as error:
-                raise ParameterError(
-                    f"--against {spec}: {name}() failed ({type(error).__name__}: {error}); NAME must be a "
-                    "model, a class built without arguments, or a function returning a model"
-                ) from error
-    if not isinstance(value, torch.nn.Module):
-        raise ParameterError(f"--against {spec}: {name} gave a {type(value).__name__}, not a torch.nn.Module")
-    with _as_script(path):  # the model's own methods run here too: an exit in them is the file's
-        if weights is not None:
-            try:
-                state = torch.load(weights, map_location="cpu", weights_only=True)
-                value.load_state_dict(state)
-            except (SystemExit, GeneratorExit) as error:
-                raise ParameterError(_script_failed(spec, path, f"{name}.load_state_dict", error)) from error
-            except Exception as error:
-                raise ParameterError(
-                    f"--weights {weights}: cannot load it into {name} ({type(error).__name__}: {error}); "
-                    "give the state dict torch.save(model.state_dict(), path) wrote"
-                ) from error
-        try:
-            return value.eval()
-        except (SystemExit, GeneratorExit) as error:
-            raise ParameterError(_script_failed(spec, path, f"{name}.eval()", error)) from error
-        except Exception as error:
-            raise ParameterError(
-                f"--against {spec}: {name}.eval() failed ({type(error).__name__}: {error})"
-            ) from error
 
 
 # ----------------------------------------------------------------------------- conformance

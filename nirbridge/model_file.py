@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import ParameterError
@@ -78,12 +78,12 @@ def model_from_file(spec: str, weights: str | None) -> Any:
         raise ParameterError(f"--against {spec}: {path} cannot be imported as Python")
     module = importlib.util.module_from_spec(loader)
     sys.modules[module_name] = module  # dataclasses and pickling look classes up here
-    with as_script(path):
-        try:
+    try:
+        with _running(spec, path, f"running {path}"):
             loader.loader.exec_module(module)
-        except (Exception, SystemExit, GeneratorExit) as error:
-            sys.modules.pop(module_name, None)
-            raise ParameterError(_script_failed(spec, path, f"running {path}", error)) from error
+    except ParameterError:
+        sys.modules.pop(module_name, None)  # no half-run module left behind
+        raise
     if not hasattr(module, name):
         found = sorted(
             k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.nn.Module)
@@ -93,35 +93,35 @@ def model_from_file(spec: str, weights: str | None) -> Any:
         )
     value = getattr(module, name)
     if not isinstance(value, torch.nn.Module):
-        with as_script(path):
-            try:
-                value = value()
-            except (SystemExit, GeneratorExit) as error:
-                raise ParameterError(_script_failed(spec, path, f"calling {name}()", error)) from error
-            except Exception as error:
-                raise ParameterError(
-                    f"--against {spec}: {name}() failed ({type(error).__name__}: {error}); NAME must be a "
-                    "model, a class built without arguments, or a function returning a model"
-                ) from error
+        with _running(spec, path, f"calling {name}()", lambda error: (
+            f"--against {spec}: {name}() failed ({type(error).__name__}: {error}); NAME must be a "
+            "model, a class built without arguments, or a function returning a model"
+        )):  # fmt: skip
+            value = value()
     if not isinstance(value, torch.nn.Module):
         raise ParameterError(f"--against {spec}: {name} gave a {type(value).__name__}, not a torch.nn.Module")
-    with as_script(path):  # the model's own methods run here too: an exit in them is the file's
-        if weights is not None:
-            try:
-                state = torch.load(weights, map_location="cpu", weights_only=True)
-                value.load_state_dict(state)
-            except (SystemExit, GeneratorExit) as error:
-                raise ParameterError(_script_failed(spec, path, f"{name}.load_state_dict", error)) from error
-            except Exception as error:
-                raise ParameterError(
-                    f"--weights {weights}: cannot load it into {name} ({type(error).__name__}: {error}); "
-                    "give the state dict torch.save(model.state_dict(), path) wrote"
-                ) from error
+    if weights is not None:
+        with _running(spec, path, f"{name}.load_state_dict", lambda error: (
+            f"--weights {weights}: cannot load it into {name} ({type(error).__name__}: {error}); "
+            "give the state dict torch.save(model.state_dict(), path) wrote"
+        )):  # fmt: skip
+            value.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    with _running(spec, path, f"{name}.eval()"):
+        return value.eval()
+
+
+@contextlib.contextmanager
+def _running(
+    spec: str, path: str, doing: str, failed: Callable[[Exception], str] | None = None
+) -> Iterator[None]:
+    """Run code of ``path`` (its import, or the model's own methods) as :func:`as_script`
+    runs it: an exit is the file's, said with the guard to add; another error is said by
+    ``failed`` (by default as the file's too)."""
+    with as_script(path):
         try:
-            return value.eval()
+            yield
         except (SystemExit, GeneratorExit) as error:
-            raise ParameterError(_script_failed(spec, path, f"{name}.eval()", error)) from error
+            raise ParameterError(_script_failed(spec, path, doing, error)) from error
         except Exception as error:
-            raise ParameterError(
-                f"--against {spec}: {name}.eval() failed ({type(error).__name__}: {error})"
-            ) from error
+            text = failed(error) if failed is not None else _script_failed(spec, path, doing, error)
+            raise ParameterError(text) from error

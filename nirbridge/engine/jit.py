@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import CompileWarning
 
-__all__ = ["cache_folder", "njit"]
+__all__ = ["njit"]
 
 _SAID: set[tuple[str, str]] = set()
 
@@ -146,8 +146,3 @@ def njit(function: Callable[..., Any], options: dict[str, Any]) -> Any:
         return numba.njit(**{**options, "cache": False})(function)
     _guard(dispatcher, function)
     return dispatcher
-
-
-def cache_folder(dispatcher: Any) -> str | None:
-    """The folder ``dispatcher``'s kernel is cached in (``None``: not cached)."""
-    return getattr(getattr(dispatcher, "_cache", None), "cache_path", None)

@@ -481,6 +481,16 @@ def _random_spikes(shapes: dict[str, tuple[int, ...]], steps: int, batch: int, r
     return spikes
 
 
+def _declared_inputs(graph: nir.NIRGraph) -> dict[str, tuple[int, ...]]:
+    """Each Input node's declared shape, ``()`` where it declares none (a spikes file's
+    datasets then give it)."""
+    return {
+        n: tuple(graph_utils.declared_shape(v.input_type) or ())
+        for n, v in graph.nodes.items()
+        if isinstance(v, nir.Input)
+    }
+
+
 def _spikes_file(path: str, shapes: dict[str, tuple[int, ...]], steps: int | None) -> Any:
     """Input spikes from an HDF5 file: one dataset per Input node, named after it (a
     lone dataset serves a lone Input), time first: ``[T, B, *shape]`` or ``[T, *shape]``.
@@ -916,15 +926,7 @@ def run_command(
             "--metrics and --json count every node of the graph: leave out --record (or give --record all)"
         )
     graph = _graph(file)
-    shapes = (
-        _input_shapes(graph, file)
-        if input_file is None
-        else {
-            n: tuple(graph_utils.declared_shape(v.input_type) or ())
-            for n, v in graph.nodes.items()
-            if isinstance(v, nir.Input)
-        }
-    )
+    shapes = _input_shapes(graph, file) if input_file is None else _declared_inputs(graph)
     if input_file is not None:
         inputs = _spikes_file(input_file, shapes, steps)
         source = input_file
@@ -1111,10 +1113,7 @@ def verify_command(
     if input_file is None:
         inputs = _random_spikes(_input_shapes(graph, file), steps, batch, rate, seed)
     else:
-        declared = {n: tuple(graph_utils.declared_shape(v.input_type) or ()) for n, v in graph.nodes.items()}
-        inputs = _spikes_file(
-            input_file, {n: declared[n] for n, v in graph.nodes.items() if isinstance(v, nir.Input)}, None
-        )
+        inputs = _spikes_file(input_file, _declared_inputs(graph), None)
     quiet = json_out == "-"
     documents: list[dict[str, Any]] = []
     # by position, as nirbridge.verify takes a tensor or a list: two exports of one network

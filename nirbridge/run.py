@@ -160,6 +160,9 @@ class Run:
         selfcheck: for the Triton back-end, the verdicts of its kernels' self-check
             on this run's device and dtype (:mod:`nirbridge.engine.selfcheck`): a
             family that failed ran eagerly.
+        batch_first: ``run(..., batch_first=True)`` made this run: ``output`` and
+            ``records`` are ``[B, T, ...]`` (views of time-first tensors);
+            :meth:`time_first` gives them ``[T, B, ...]``.
     """
 
     output: torch.Tensor | dict[str, torch.Tensor]
@@ -176,6 +179,7 @@ class Run:
     module: Any = dataclasses.field(default=None, repr=False)
     inputs: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict, repr=False)
     fresh: bool = dataclasses.field(default=True, repr=False)
+    batch_first: bool = False
 
     def __repr__(self) -> str:
         def shape(t: torch.Tensor) -> str:
@@ -192,6 +196,13 @@ class Run:
         lines += [f"  self-check: {verdict}" for verdict in self.selfcheck]
         return "\n".join(lines)
 
+    def time_first(self) -> Run:
+        """This run with ``output`` and ``records`` ``[T, B, ...]``: itself, unless
+        ``batch_first`` (then views, no copy)."""
+        if not self.batch_first:
+            return self
+        return _swap_time_batch(self, batch_first=False)
+
     def to_nir_data(self) -> nir.NIRGraphData:
         """The records as nir's ``NIRGraphData``.
 
@@ -207,7 +218,7 @@ class Run:
                 f"to_nir_data: this run has no dt ({self.dt_from}), and NIR's data count time in "
                 "seconds; run it with nirbridge.run(..., dt=seconds_per_step)"
             )
-        return records_to_graph_data(self.records, self.layout, self.spiking, self.dt)
+        return records_to_graph_data(self.time_first().records, self.layout, self.spiking, self.dt)
 
     def metrics(self) -> Metrics:
         """NeuroBench's metrics of this run, per sample (:mod:`nirbridge.metrics`):
@@ -233,7 +244,7 @@ class Run:
                 "first step's membranes and delayed edges belong to the run before. Run the whole "
                 "sequence in one call; the metrics of separate batches of samples add up (a + b)"
             )
-        return compute(self.module, self.records, self.inputs)
+        return compute(self.module, self.time_first().records, self.inputs)
 
     def summary(self) -> RunSummary:
         """Spike totals and rates per spiking record and output (and the range of
@@ -246,15 +257,16 @@ class Run:
     def series(self) -> dict[str, tuple[torch.Tensor, bool]]:
         """Every record, then every output not recorded under another key (``"output"``,
         or ``"output:<name>"`` for several), as key -> (values ``[T, B, ...]``, whether
-        they are spikes)."""
-        entries = {key: (value, key in self.spiking) for key, value in self.records.items()}
-        outputs = {"output": self.output} if isinstance(self.output, torch.Tensor) else self.output
-        recorded = {id(value) for value in self.records.values()}
+        they are spikes), time first whatever ``batch_first``."""
+        result = self.time_first()
+        entries = {key: (value, key in result.spiking) for key, value in result.records.items()}
+        outputs = {"output": result.output} if isinstance(result.output, torch.Tensor) else result.output
+        recorded = {id(value) for value in result.records.values()}
         for name, value in outputs.items():
             if id(value) in recorded:
                 continue  # the output of a recorded node: the same tensor, named once
-            key = name if isinstance(self.output, torch.Tensor) else f"output:{name}"
-            spikes = bool(self.spiking_outputs) if key == "output" else name in self.spiking_outputs
+            key = name if isinstance(result.output, torch.Tensor) else f"output:{name}"
+            spikes = bool(result.spiking_outputs) if key == "output" else name in result.spiking_outputs
             entries[key] = (value, spikes)
         return entries
 
@@ -263,7 +275,7 @@ class Run:
         panel per key on a shared time axis; returns the figure."""
         from .plot import raster
 
-        return raster(self, *keys, sample=sample, ax=ax)
+        return raster(self.time_first(), *keys, sample=sample, ax=ax)
 
     def plot(self, *keys: str, sample: int = 0, neurons: Sequence[int] | int | None = None) -> Any:
         """Draw recorded values over time: a raster for spikes (every neuron), traces for
@@ -272,7 +284,7 @@ class Run:
         both. Returns the figure."""
         from .plot import plot
 
-        return plot(self, *keys, sample=sample, neurons=neurons)
+        return plot(self.time_first(), *keys, sample=sample, neurons=neurons)
 
 
 def run(
@@ -289,8 +301,14 @@ def run(
     progress: bool | None = None,
     bool_spikes: bool = False,
     selfcheck: bool = True,
+    batch_first: bool = False,
 ) -> Run:
     """Run a whole time sequence through a module :func:`nirbridge.nir_to_torch` built.
+
+    Layout: ``inputs`` are time first, ``[T, B, ...]`` (T steps of a batch of B
+    samples), as the module steps them, and so are the run's ``output`` and
+    ``records``. A batch-first tensor ``[B, T, ...]`` would run as B steps of T samples:
+    pass ``batch_first=True`` for that layout, as for torch's ``nn.RNN``.
 
     The result equals stepping ``out, state = module(x[t], state)`` for ``t`` in
     ``range(T)``: spikes identical, every value equal to the last bit where the
@@ -348,6 +366,9 @@ def run(
             and dtype against the eager back-end the first time it runs in the process
             (:mod:`nirbridge.engine.selfcheck`; ``False`` trusts them, for benchmarks,
             as ``NIRBRIDGE_SELFCHECK=0`` does).
+        batch_first: the inputs are ``[B, T, ...]``, and the run's ``output`` and
+            ``records`` are too (views: :meth:`Run.time_first` gives ``[T, B, ...]``);
+            plots, summaries, metrics and NIR data are the same either way.
 
     Returns:
         A :class:`Run`.
@@ -357,6 +378,42 @@ def run(
         StateError: a state that is not one this module returned.
         RecordError: ``record`` names a node or variable the module lacks.
     """
+    if not isinstance(batch_first, (bool, np.bool_)):
+        raise ParameterError(f"run(batch_first={batch_first!r}): give True or False")
+    if batch_first:
+        inputs = _time_first_inputs(inputs)
+    result = _run(
+        module,
+        inputs,
+        state,
+        record,
+        dt,
+        chunk,
+        backend,
+        precision,
+        compile,
+        progress,
+        bool_spikes,
+        selfcheck,
+    )
+    return _swap_time_batch(result, batch_first=True) if batch_first else result
+
+
+def _run(
+    module: Any,
+    inputs: Any,
+    state: Any,
+    record: str | Iterable[str],
+    dt: float | None,
+    chunk: int | None,
+    backend: Backend,
+    precision: _precision.Precision,
+    compile: bool,
+    progress: bool | None,
+    bool_spikes: bool,
+    selfcheck: bool,
+) -> Run:
+    """:func:`run` on time-first inputs."""
     if _native(module):
         _check_flags(selfcheck=selfcheck)  # native models run as their own code: no kernel to check
         return _run_native(
@@ -704,6 +761,44 @@ def _module(module: Any, dt: float | None) -> tuple[torch.nn.Module, float]:
             )
         return module, dt
     return module, float(own) if own is not None else DEFAULT_DT
+
+
+def _time_first_inputs(inputs: Any) -> Any:
+    """``run(batch_first=True)``'s inputs ``[B, T, ...]`` as ``[T, B, ...]`` views; what
+    is not a tensor is left for :func:`_inputs` to refuse."""
+
+    def swap(name: str, value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if value.dim() < 2:
+            raise InputError(
+                f"input {name!r} has shape {list(value.shape)}; with batch_first=True an input is "
+                "[B, T, ...]: a batch axis, then time"
+            )
+        return value.transpose(0, 1)
+
+    if isinstance(inputs, Mapping):
+        return {key: swap(str(key), value) for key, value in inputs.items()}
+    if isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes)):
+        return [swap(f"#{i}", value) for i, value in enumerate(inputs)]
+    return swap("input", inputs)
+
+
+def _swap_time_batch(result: Run, batch_first: bool) -> Run:
+    """``result`` with its output and records' first two axes swapped (views); a tensor
+    that is both an output and a record stays one tensor, as :meth:`Run.series` expects."""
+    swapped: dict[int, torch.Tensor] = {}
+
+    def swap(value: torch.Tensor) -> torch.Tensor:
+        return swapped.setdefault(id(value), value.transpose(0, 1))
+
+    output = (
+        swap(result.output)
+        if isinstance(result.output, torch.Tensor)
+        else {key: swap(value) for key, value in result.output.items()}
+    )
+    records = {key: swap(value) for key, value in result.records.items()}
+    return dataclasses.replace(result, output=output, records=records, batch_first=batch_first)
 
 
 def _inputs(inputs: Any, names: list[str]) -> dict[str, torch.Tensor]:

@@ -30,11 +30,12 @@ import numbers
 import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, get_args
 
 import nir
 import torch
 
+from .engine import Backend
 from .engine.schedule import is_built, level_of
 from .errors import NirBridgeError, NonFiniteWarning, SilentNetworkWarning
 from .run import Run, _module, _native, _run_native, run, silence_hint
@@ -227,6 +228,7 @@ def verify(
     allow_negative_tau: bool = False,
     allow_silent: bool = False,
     layers: Mapping[str, str] | None = None,
+    backend: Backend = "auto",
 ) -> Report:
     """Run ``reference`` and ``candidate`` on the same inputs and compare them.
 
@@ -263,6 +265,9 @@ def verify(
         layers: for a native model, NIR node name -> the module path whose output it
             is; by default the adapter's own export of the model says (node names are
             module paths, a second call of ``fc`` is ``fc_2``).
+        backend: the back-end :func:`nirbridge.run` runs each side that is a graph
+            module on (``"auto"``, ``"eager"``, ``"compile"``, ``"triton"``, ``"cpu"``);
+            a native model runs as its own code whatever this says.
 
     Returns:
         A :class:`Report`; ``report.ok`` says whether the two agree on something,
@@ -280,6 +285,8 @@ def verify(
                 "value pass)"
             )
     atol, rtol = float(atol), float(rtol)
+    if backend not in get_args(Backend):
+        raise VerifyError(f"verify(backend={backend!r}): give one of {', '.join(get_args(Backend))}")
     if not isinstance(allow_silent, bool):
         raise VerifyError(f"verify(allow_silent={allow_silent!r}): give True or False")
     if state is not None and not (isinstance(state, (tuple, list)) and len(state) == 2):
@@ -328,7 +335,7 @@ def verify(
                         keep = set(record)
                         result.records = {k: v for k, v in result.records.items() if k in keep}
                 else:
-                    result = run(side, inputs, record=record, state=start, progress=False)
+                    result = run(side, inputs, record=record, state=start, progress=False, backend=backend)
             except NirBridgeError as error:
                 error.add_note(f"nirbridge.verify: while running the {which} ({type(side).__name__})")
                 raise

@@ -49,6 +49,7 @@ import numpy as np
 from ..errors import MemoryLimitError, NirBridgeError
 from . import conventions, pack
 from .conventions import Outputs
+from .workers import Worker, WorkerFailure
 
 __all__ = [
     "ConformanceError",
@@ -76,7 +77,8 @@ class Simulator:
     run: Runner
     version: Callable[[], str | None] = lambda: None
     python: str = sys.executable
-    isolated: bool = False  # runs each file in a process of its own (several may run at once)
+    isolated: bool = False  # runs in a process of its own (several simulators may run at once)
+    close: Callable[[], None] = lambda: None  # ends that process (after the last file)
 
 
 class ConformanceError(NirBridgeError):
@@ -121,7 +123,7 @@ def own_import(name: str, package: str, loader: str) -> Simulator:
     :mod:`.peer_runner` calls in a fresh process of this Python for each file (one
     simulator's import can change what another's gives in the same process)."""
     simulator = peer(f"torch:{loader}", sys.executable)
-    return Simulator(name, package, simulator.run, _version(package), isolated=True)
+    return Simulator(name, package, simulator.run, _version(package), isolated=True, close=simulator.close)
 
 
 def _version(package: str) -> Callable[[], str | None]:
@@ -140,7 +142,6 @@ PEERS = ("sinabs", "rockpool", "spyx")
 """Simulators that run in a Python of their own (:mod:`.peer_runner`): sinabs 3.1.3 and
 rockpool 3.1.0 read files only with nir 1.0.4, spyx needs JAX."""
 PEER_TIMEOUT = 300.0  # seconds one peer may take for one file
-_RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_runner.py")
 
 
 class PeerOutputs(dict):
@@ -182,10 +183,13 @@ def _peer_python(name: str, python: Mapping[str, str] | None) -> str | None:
 
 
 def peer(name: str, python: str, timeout: float = PEER_TIMEOUT) -> Simulator:
-    """A :class:`Simulator` that runs :mod:`.peer_runner` for ``name`` in ``python``,
-    inputs and outputs crossing as NIRGraphData files."""
+    """A :class:`Simulator` that runs :mod:`.peer_runner` for ``name`` in ``python``, one
+    process for all files (:mod:`.workers`), inputs and outputs crossing as NIRGraphData
+    files."""
     import subprocess
     import tempfile
+
+    worker = Worker(name, python, timeout)
 
     def run(path: str, inputs: Mapping[str, np.ndarray], dt: float) -> Outputs:
         from ..data import read_data, write_data
@@ -193,31 +197,20 @@ def peer(name: str, python: str, timeout: float = PEER_TIMEOUT) -> Simulator:
         with tempfile.TemporaryDirectory() as folder:
             sent, received = os.path.join(folder, "inputs.h5"), os.path.join(folder, "outputs.h5")
             write_data(sent, pack.as_data(inputs, dt))
-            errors = os.path.join(folder, "stderr.txt")
             try:
-                # what a peer prints is not read into memory: stdout is dropped, stderr goes
-                # to a file of which only the tail is read (a peer may print gigabytes)
-                with open(errors, "wb") as stderr:
-                    done = subprocess.run(
-                        [python, _RUNNER, name, os.path.abspath(path), sent, received],
-                        stdout=subprocess.DEVNULL,
-                        stderr=stderr,
-                        timeout=timeout,
-                        stdin=subprocess.DEVNULL,
-                    )
-            except subprocess.TimeoutExpired:
-                raise LoadFailure(f"timed out after {timeout:g} s") from None
-            lines = _tail(errors)
-            told = (lines or [""])[-1][:300]
-            if done.returncode == 3:
+                answer, lines = worker.job(os.path.abspath(path), sent, received)
+            except WorkerFailure as failure:
+                raise LoadFailure(str(failure)) from None
+            told = str(answer.get("message") or (lines or [""])[-1])[:300]
+            if answer.get("status") == 3:
                 raise LoadFailure(told)
-            if done.returncode == 4:
+            if answer.get("status") == 4:
                 raise RunFailure(told)
-            if done.returncode != 0:
-                raise LoadFailure(f"{python} crashed (exit status {done.returncode}): {told}")
+            if answer.get("status") != 0:
+                raise LoadFailure(f"{python} failed: {told}")
             if not os.path.exists(received):
                 raise LoadFailure(
-                    f"{python} exited 0 but wrote no outputs: is it a Python in which {name} imports? "
+                    f"{python} answered but wrote no outputs: is it a Python in which {name} imports? "
                     f"({told or 'it printed nothing on stderr'})"
                 )
             data = read_data(received)
@@ -225,9 +218,8 @@ def peer(name: str, python: str, timeout: float = PEER_TIMEOUT) -> Simulator:
             (key, node.observables["output"].data.transpose(1, 0, 2).astype(np.float64))
             for key, node in data.nodes.items()
         )
-        notes = [line for line in lines if line.startswith("read with nir ")]
-        if notes:  # the runner's last line, unless a peer printed more at exit
-            outputs.note = notes[-1][:300]
+        if answer.get("note"):
+            outputs.note = str(answer["note"])[:300]
         return outputs
 
     def version() -> str | None:
@@ -246,19 +238,7 @@ def peer(name: str, python: str, timeout: float = PEER_TIMEOUT) -> Simulator:
             text = printed.read(200).decode("utf-8", "replace").strip()  # a version, not what a peer prints
         return text.splitlines()[0][:100] if text else None
 
-    return Simulator(name, name, run, version, python, isolated=True)
-
-
-TAIL = 64 * 1024  # bytes of a peer's stderr read: its last line, and the runner's note before it
-
-
-def _tail(path: str, size: int = TAIL) -> list[str]:
-    """The non-empty lines of the last ``size`` bytes of file ``path``."""
-    with open(path, "rb") as file:
-        file.seek(0, os.SEEK_END)
-        file.seek(max(0, file.tell() - size))
-        text = file.read(size).decode("utf-8", "replace")
-    return [line for line in text.splitlines() if line.strip()]
+    return Simulator(name, name, run, version, python, isolated=True, close=worker.close)
 
 
 def available(python: Mapping[str, str] | None = None) -> dict[str, Simulator]:
@@ -453,6 +433,7 @@ def conformance(
     python: Mapping[str, str] | None = None,
     with_pack: bool = False,
     progress: bool = False,
+    jobs: int | None = None,
 ) -> Report:
     """Measure every simulator's NIR import against NIR's equations on ``files``.
 
@@ -468,6 +449,9 @@ def conformance(
         with_pack: also every graph of the conformance pack (:mod:`.pack`).
         progress: say on stderr how far it is and about how long is left (a bar on a
             terminal, else a line per file, flushed).
+        jobs: how many simulators' processes compute at once (default: one per
+            processor). Each simulator whose import runs apart (the peers, and norse's,
+            snntorch's and spikingjelly's own imports) has one process for all files.
 
     A file with ``NAME.inputs.h5`` beside it (as the pack's graphs have) runs on those
     inputs instead of random ones.
@@ -476,7 +460,6 @@ def conformance(
         A :class:`Report`: ``print(report)`` for the table, ``report.to_json()`` for
         the JSON document.
     """
-    from ..io import read
 
     for label, value in (("steps", steps), ("batch", batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -503,53 +486,63 @@ def conformance(
     paths = list(dict.fromkeys([*(os.fspath(f) for f in files), *(pack.files() if with_pack else [])]))
     if not paths:
         raise ConformanceError("conformance() needs files, or with_pack=True for the conformance pack")
+    if jobs is None:
+        jobs = os.cpu_count() or 1
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConformanceError(f"conformance(jobs={jobs!r}): give a whole number of processes, 1 or more")
+    isolated = [name for name in chosen if found[name].isolated]
     results: list[Result] = []
     told = _Progress(len(paths), len(chosen), progress)
-    for path in paths:
-        told.next(path)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                graph = read(path)
-                if not isinstance(graph, nir.NIRGraph):
-                    raise ConformanceError(
-                        f"it holds a single {type(graph).__name__} node, not a graph: conformance runs "
-                        "graphs with Input and Output nodes (nir.NIRGraph.from_list(node) makes one)"
-                    )
-                step = float(dt if dt is not None else (graph.metadata or {}).get("dt", 1e-4))
-                fixed = path.removesuffix(".nir") + ".inputs.h5"  # as the pack ships them
-                if os.path.exists(fixed):
-                    inputs = pack.inputs_of(path, graph)
-                else:
-                    inputs = pack.random_inputs(graph, steps, batch, rate, np.random.default_rng(seed))
-                expected = conventions.reference(graph, inputs, step)
-        except MemoryLimitError:  # the command's size, not the file's fault: say it as the error
-            raise
-        except Exception as error:  # noqa: BLE001 - a file the reference cannot run is a row
-            results.append(Result(path, "nirbridge", False, _one_line(error)))
-            continue
-        spiking = [v for v in expected.values() if _spiking(v)]
-        spikes = int(sum(v.sum() for v in spiking)) if spiking else None  # None: no spiking output
-        if spikes is None and all(_within_tolerance_of_zero(v) for v in expected.values()):
-            spikes = 0  # values no larger than the tolerance: as silent as a layer that never spikes
-        bad = sum(int(np.size(v) - np.count_nonzero(np.isfinite(v))) for v in expected.values())
-        note = (
-            f"its outputs hold {bad} values that are not finite: check the file's parameters" if bad else None
-        )
-        results.append(Result(path, "nirbridge", True, None, 1.0, None, None, spikes, note))
-        cache: dict[str, Outputs | None] = {}
-        # simulators in processes of their own run side by side, one per processor
-        isolated = [name for name in chosen if found[name].isolated]
-        workers = max(1, min(len(isolated), os.cpu_count() or 1))
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            pending = {name: pool.submit(found[name].run, path, inputs, step) for name in isolated}
+    # each simulator of a process of its own gets every file as soon as it is read, and up
+    # to `jobs` of them compute at once; the reference and the in-process simulators run
+    # here meanwhile, a file at a time, collecting each file's rows in order
+    pool = concurrent.futures.ThreadPoolExecutor(jobs)
+    try:
+        prepared = [_prepare(path, steps, batch, rate, seed, dt) for path in paths]
+        pending = [
+            {name: pool.submit(found[name].run, path, ready[1], ready[2]) for name in isolated}
+            if not isinstance(ready, Exception)
+            else {}
+            for path, ready in zip(paths, prepared)
+        ]
+        for path, ready, submitted in zip(paths, prepared, pending):
+            told.next(path)
+            if isinstance(ready, MemoryLimitError):  # the command's size, not the file's fault
+                raise ready
+            if isinstance(ready, Exception):
+                results.append(Result(path, "nirbridge", False, _one_line(ready)))
+                continue
+            graph, inputs, step = ready
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    expected = conventions.reference(graph, inputs, step)
+            except MemoryLimitError:
+                raise
+            except Exception as error:  # noqa: BLE001 - a file the reference cannot run is a row
+                for future in submitted.values():
+                    future.cancel()
+                results.append(Result(path, "nirbridge", False, _one_line(error)))
+                continue
+            spiking = [v for v in expected.values() if _spiking(v)]
+            spikes = int(sum(v.sum() for v in spiking)) if spiking else None  # None: no spiking output
+            if spikes is None and all(_within_tolerance_of_zero(v) for v in expected.values()):
+                spikes = 0  # values no larger than the tolerance: as silent as a layer that never spikes
+            bad = sum(int(np.size(v) - np.count_nonzero(np.isfinite(v))) for v in expected.values())
+            note = (
+                f"its outputs hold {bad} values that are not finite: check the file's parameters"
+                if bad
+                else None
+            )
+            results.append(Result(path, "nirbridge", True, None, 1.0, None, None, spikes, note))
+            cache: dict[str, Outputs | None] = {}
             for name in chosen:
                 results.append(
                     _measure(
                         name,
                         path,
                         found[name],
-                        pending.get(name),
+                        submitted.get(name),
                         inputs,
                         step,
                         expected,
@@ -558,6 +551,10 @@ def conformance(
                         cache,
                     )
                 )
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        for name in isolated:
+            found[name].close()
     told.close()
     from .. import __version__
 
@@ -565,6 +562,33 @@ def conformance(
     for name in chosen:
         versions[name] = {"version": found[name].version(), "python": found[name].python}
     return Report(paths, versions, results, steps, batch)
+
+
+def _prepare(
+    path: str, steps: int, batch: int, rate: float, seed: int, dt: float | None
+) -> tuple[nir.NIRGraph, dict[str, np.ndarray], float] | Exception:
+    """A file's graph, its inputs (``NAME.inputs.h5`` beside it, as the pack ships them,
+    else random spikes) and its time step; the error where it cannot be read."""
+    from ..io import read
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            graph = read(path)
+            if not isinstance(graph, nir.NIRGraph):
+                raise ConformanceError(
+                    f"it holds a single {type(graph).__name__} node, not a graph: conformance runs "
+                    "graphs with Input and Output nodes (nir.NIRGraph.from_list(node) makes one)"
+                )
+            step = float(dt if dt is not None else (graph.metadata or {}).get("dt", 1e-4))
+            fixed = path.removesuffix(".nir") + ".inputs.h5"
+            if os.path.exists(fixed):
+                inputs = pack.inputs_of(path, graph)
+            else:
+                inputs = pack.random_inputs(graph, steps, batch, rate, np.random.default_rng(seed))
+    except Exception as error:  # noqa: BLE001 - a file that cannot be read is a row
+        return error
+    return graph, inputs, step
 
 
 class _Progress:

@@ -1,12 +1,13 @@
 """Run a NIR file through one simulator's own NIR import, in that simulator's Python.
 
     PYTHON peer_runner.py SIMULATOR GRAPH.nir INPUTS.h5 OUTPUTS.h5
+    PYTHON peer_runner.py --serve SIMULATOR     (many files: see nirbridge.conformance.workers)
 
 SIMULATOR is a peer of :data:`SIMULATORS` (spyx, sinabs, rockpool), or
 ``torch:package.module:function`` for a torch simulator's own import that nirbridge's
 adapter describes (norse, snntorch, spikingjelly), run in nirbridge's own Python: each
-file in a fresh process, since one simulator's import can change what another's does
-in the same process (snntorch's changes what norse's gives on a Delay).
+simulator in a process of its own, since one simulator's import can change what another's
+does in the same process (snntorch's changes what norse's gives on a Delay).
 
 :mod:`nirbridge.conformance` runs this script in a subprocess of another Python, one in
 which the simulator imports (sinabs and rockpool pin older nir releases, spyx needs
@@ -316,20 +317,52 @@ def _simulator(name: str) -> Run:
     return SIMULATORS[name]
 
 
+def _job(simulator: str, graph_path: str, inputs_path: str, outputs_path: str) -> str | None:
+    """Run one file, writing its outputs; the note on fields it was read without, if any."""
+    try:
+        graph, dropped = _read_graph(graph_path)
+    except Exception as error:
+        raise _Failure(LOAD_FAILED, error) from error
+    inputs, dt = read_inputs(inputs_path, graph)
+    write_outputs(outputs_path, _simulator(simulator)(graph, inputs, dt), dt)
+    return f"read with nir {nir.__version__}, without {', '.join(dropped)}" if dropped else None
+
+
 def main(argv: list[str]) -> int:
+    """One file: ``SIMULATOR GRAPH.nir INPUTS.h5 OUTPUTS.h5``; the status as the exit status."""
     simulator, graph_path, inputs_path, outputs_path = argv
     try:
-        try:
-            graph, dropped = _read_graph(graph_path)
-        except Exception as error:
-            raise _Failure(LOAD_FAILED, error) from error
-        inputs, dt = read_inputs(inputs_path, graph)
-        write_outputs(outputs_path, _simulator(simulator)(graph, inputs, dt), dt)
-        if dropped:
-            print(f"read with nir {nir.__version__}, without {', '.join(dropped)}", file=sys.stderr)
+        note = _job(simulator, graph_path, inputs_path, outputs_path)
+        if note:
+            print(note, file=sys.stderr)
     except _Failure as failure:
         print(failure, file=sys.stderr)
         return failure.status
+    return 0
+
+
+def serve(simulator: str) -> int:
+    """Many files, one process (``--serve SIMULATOR``, see :mod:`nirbridge.conformance.workers`):
+    a JSON job per line on stdin, a JSON answer per line on stdout. The simulator's own
+    prints go to stderr, and it reads nothing from stdin: both pipes belong to the jobs."""
+    import json
+
+    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    jobs = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    os.dup2(2, 1)
+    with open(os.devnull, "rb") as nothing:
+        os.dup2(nothing.fileno(), 0)
+    for line in jobs:
+        job = json.loads(line)
+        answer: dict[str, object] = {"status": 0, "message": "", "note": None}
+        try:
+            answer["note"] = _job(simulator, job["graph"], job["inputs"], job["outputs"])
+        except _Failure as failure:
+            answer.update(status=failure.status, message=str(failure))
+        except Exception as error:  # noqa: BLE001 - this file's failure; the next file may run
+            text = str(error).strip().splitlines()
+            answer.update(status=1, message=f"{type(error).__name__}: {text[0] if text else ''}"[:300])
+        print(json.dumps(answer), file=answers, flush=True)
     return 0
 
 
@@ -337,4 +370,6 @@ if __name__ == "__main__":
     import warnings
 
     warnings.filterwarnings("ignore")  # the peers' own deprecation notices; results say what matters
+    if sys.argv[1:2] == ["--serve"] and len(sys.argv) == 3:
+        sys.exit(serve(sys.argv[2]))
     sys.exit(main(sys.argv[1:]))

@@ -46,7 +46,7 @@ def _script_failed(spec: str, path: str, doing: str, error: BaseException) -> st
     """What to say when ``path`` raised ``error`` (SystemExit included) while loaded."""
     if isinstance(error, GeneratorExit):
         return (
-            f"--against {spec}: {doing} raised GeneratorExit, which ends a generator, not a script; "
+            f"{spec}: {doing} raised GeneratorExit, which ends a generator, not a script; "
             "it gave no model"
         )
     if isinstance(error, SystemExit):
@@ -55,27 +55,29 @@ def _script_failed(spec: str, path: str, doing: str, error: BaseException) -> st
             "" if code in (None, 0) else f" with status {code}" if isinstance(code, int) else f" ({code})"
         )
         return (
-            f"--against {spec}: {doing} exited{status} (sys.exit or argparse) before giving a model; "
+            f"{spec}: {doing} exited{status} (sys.exit or argparse) before giving a model; "
             f'nirbridge imports {path} as a module, so add an `if __name__ == "__main__":` guard '
             "around its script part (argument parsing, training, sys.exit)"
         )
-    return f"--against {spec}: {doing} failed: {type(error).__name__}: {error}"
+    return f"{spec}: {doing} failed: {type(error).__name__}: {error}"
 
 
-def model_from_file(spec: str, weights: str | None) -> Any:
+def model_from_file(spec: str, weights: str | None, option: str = "--against") -> Any:
     """The model FILE.py:NAME names (a class built without arguments, a function that
-    returns a model, or a model), with ``weights`` (a state dict) loaded."""
+    returns a model, or a model), with ``weights`` (a state dict) loaded; errors name
+    ``option`` (the command line's option that gave ``spec``) before it."""
     import importlib.util
 
     import torch
 
     path, _, name = spec.rpartition(":")
+    spec = f"{option} {spec}" if option else spec
     if not os.path.isfile(path):
-        raise ParameterError(f"--against {spec}: {path} is not a file")
+        raise ParameterError(f"{spec}: {path} is not a file")
     module_name = f"nirbridge_native_{abs(hash(os.path.abspath(path)))}"
     loader = importlib.util.spec_from_file_location(module_name, path)
     if loader is None or loader.loader is None:
-        raise ParameterError(f"--against {spec}: {path} cannot be imported as Python")
+        raise ParameterError(f"{spec}: {path} cannot be imported as Python")
     module = importlib.util.module_from_spec(loader)
     sys.modules[module_name] = module  # dataclasses and pickling look classes up here
     try:
@@ -89,17 +91,17 @@ def model_from_file(spec: str, weights: str | None) -> Any:
             k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.nn.Module)
         )
         raise ParameterError(
-            f"--against {spec}: {path} has no {name!r}; its modules: {', '.join(found) or 'none'}"
+            f"{spec}: {path} has no {name!r}; its modules: {', '.join(found) or 'none'}"
         )
     value = getattr(module, name)
     if not isinstance(value, torch.nn.Module):
         with _running(spec, path, f"calling {name}()", lambda error: (
-            f"--against {spec}: {name}() failed ({type(error).__name__}: {error}); NAME must be a "
+            f"{spec}: {name}() failed ({type(error).__name__}: {error}); NAME must be a "
             "model, a class built without arguments, or a function returning a model"
         )):  # fmt: skip
             value = value()
     if not isinstance(value, torch.nn.Module):
-        raise ParameterError(f"--against {spec}: {name} gave a {type(value).__name__}, not a torch.nn.Module")
+        raise ParameterError(f"{spec}: {name} gave a {type(value).__name__}, not a torch.nn.Module")
     if weights is not None:
         with _running(spec, path, f"{name}.load_state_dict", lambda error: (
             f"--weights {weights}: cannot load it into {name} ({type(error).__name__}: {error}); "

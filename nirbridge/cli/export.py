@@ -1,0 +1,96 @@
+"""``nirbridge export``: a torch model in a Python file, traced into a ``.nir`` file."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import ParameterError
+from ..model_file import is_model_file, model_from_file
+from .common import echo, one_line_errors, outputs_apart, parse_shape
+
+#: top-level package of a module type -> the adapter that exports it
+SIMULATORS = ("norse", "snntorch", "spikingjelly")
+
+
+def simulator_of(model: object) -> str | None:
+    """The simulator whose modules ``model`` holds (None: plain torch); a model that
+    mixes two simulators' modules has no one exporter, and is refused."""
+    packages = {type(m).__module__.split(".")[0] for m in model.modules()}  # type: ignore[attr-defined]
+    found = sorted(packages & set(SIMULATORS))
+    if len(found) > 1:
+        raise ParameterError(
+            f"the model holds modules of {' and '.join(found)}; export it from Python with one "
+            "adapter's to_nir and a module_map for the other's modules"
+        )
+    return found[0] if found else None
+
+
+@click.command(name="export")
+@click.argument("model", metavar="FILE.py:NAME")
+@click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="The .nir file to write.")
+@click.option(
+    "--input-shape",
+    "input_shapes",
+    multiple=True,
+    help="The shape of one time step's input without the batch axis, e.g. 2,34,34: needed where the "
+    "first layers do not fix it (convolutions, pooling, Flatten). Once per forward argument.",
+)
+@click.option(
+    "--weights", type=click.Path(path_type=str), help="A state dict (torch.save) to load into NAME."
+)
+@click.option("--dt", type=float, default=None, help="Time step in seconds to record (default: the model's).")
+@click.option(
+    "--compression",
+    type=click.Choice(["none", "gzip", "lzf"]),
+    default="none",
+    show_default=True,
+    help="HDF5 compression of the parameters.",
+)
+@one_line_errors("export")
+def export(
+    model: str,
+    output: str,
+    input_shapes: tuple[str, ...],
+    weights: str | None,
+    dt: float | None,
+    compression: str,
+) -> None:
+    """Trace the torch model NAME in FILE.py into a .nir file.
+
+    NAME is a model, a class built without arguments, or a function returning a model,
+    written as one time step (``forward(x)`` or ``forward(x, state)``). Models of norse,
+    snntorch and spikingjelly are exported through nirbridge's adapter for that
+    simulator (its neurons, its dt), plain torch through ``nirbridge.torch_to_nir``.
+    Lossy conversions are printed as warnings.
+
+    \b
+    Example:
+      nirbridge export model.py:Net -o model.nir
+      nirbridge export train.py:build --weights net.pt --input-shape 2,34,34 -o net.nir
+    """
+    import importlib
+
+    import torch
+
+    from ..io import write
+    from ..trace import torch_to_nir
+
+    if not is_model_file(model):
+        raise ParameterError(f"{model}: give the model as FILE.py:NAME, e.g. model.py:Net")
+    outputs_apart({"FILE": model.rpartition(":")[0], "--weights": weights}, {"--output": output})
+    module = model_from_file(model, weights, option="")
+    shapes = [parse_shape(text) for text in input_shapes]
+    example = [torch.zeros((1, *shape)) for shape in shapes if shape is not None]
+    example_input = None if not example else example[0] if len(example) == 1 else tuple(example)
+    simulator = simulator_of(module)
+    if simulator is None:
+        graph = torch_to_nir(module, example_input=example_input, dt=dt)
+    else:
+        adapter = importlib.import_module(f"nirbridge.adapters.{simulator}")
+        graph = adapter.to_nir(module, example_input, dt=dt)
+    write(output, graph, compression=None if compression == "none" else compression)
+    edges = len(graph.edges)
+    echo(
+        f"wrote {output}: {len(graph.nodes)} nodes, {edges} edges, dt {graph.metadata.get('dt')} s "
+        f"({'nirbridge.adapters.' + simulator + '.to_nir' if simulator else 'nirbridge.torch_to_nir'})"
+    )

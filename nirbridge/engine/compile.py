@@ -29,6 +29,7 @@ import types
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -37,6 +38,7 @@ from ..errors import CompileWarning
 from ..neurons.modules import time_constants_fixed
 from ..state import DELAYED, NODES
 from . import precision as _precision
+from .announce import if_slow
 from .eager import largest_step_bytes
 from .schedule import Level, Request, node_input, state_variables
 
@@ -127,7 +129,10 @@ def compiled_stepper(
                 ):
                     warnings.filterwarnings("ignore", category=DeprecationWarning)
                     warnings.filterwarnings("ignore", module=r"torch\._(dynamo|inductor)")
-                    outputs, new_state, recorded = attempt.function(*_fresh((dict(xs), state)))
+                    announce = if_slow("torch.compile", _COMPILING) if not attempt.ran else nullcontext()
+                    with announce:  # the first call compiles
+                        outputs, new_state, recorded = attempt.function(*_fresh((dict(xs), state)))
+                    attempt.ran = True
             except Exception as error:  # noqa: BLE001 - any compiler failure falls back
                 attempt.options += 1
                 attempt.function = None
@@ -144,6 +149,13 @@ def compiled_stepper(
         return eager(xs, state)
 
     return step
+
+
+_COMPILING = (
+    "run(backend='compile'): torch.compile is compiling this network for these shapes (10-30 s; "
+    "later runs of the same module in this process reuse it, and torch caches the generated "
+    "kernels on disk for later processes)"
+)
 
 
 def _fresh(tree: Any) -> Any:
@@ -227,6 +239,7 @@ class _Attempt:
     def __init__(self) -> None:
         self.options = 0
         self.function: Callable[..., Any] | None = None
+        self.ran = False  # the function has run once: compiled
 
 
 def _compile(level: Level, request: Request, options: Mapping[str, Any]) -> Callable[..., Any]:

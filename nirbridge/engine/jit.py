@@ -131,6 +131,9 @@ def njit(function: Callable[..., Any], options: dict[str, Any]) -> Any:
     cache can be used (see the module's docstring)."""
     import numba
 
+    from .announce import watch_numba
+
+    watch_numba()  # a compile that takes longer than a second says so, once
     if not options.get("cache"):
         return numba.njit(**options)(function)
     try:

@@ -9,7 +9,9 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+import click
 import h5py
 import nir
 import numpy as np
@@ -167,7 +169,7 @@ def many(commands: list[list]) -> list[subprocess.CompletedProcess]:
 
 
 def test_every_command_has_help_with_an_example():
-    commands = ["info", "convert", "run", "verify", "support", "draw"]
+    commands = ["info", "convert", "run", "verify", "support", "draw", "export", "conformance"]
     results = many([[command, "--help"] for command in commands])
     for command, result in zip(commands, results):
         assert result.returncode == 0, result.stderr
@@ -973,3 +975,108 @@ def test_verify_takes_an_input_file_and_writes_json(tmp_path):
     assert alone.exit_code == 0 and json.loads(alone.stdout)[0]["verified"] is True
     over = runner.invoke(main, [*base, "--json", str(BRAILLE)])
     assert over.exit_code == 1 and "which this command reads" in over.output
+
+
+def test_help_lists_every_command_without_importing_torch():
+    """``nirbridge --help`` imports click and the command list only: each listed line is
+    the command's own first line, and torch, nir and numpy stay unimported."""
+    from nirbridge.cli import COMMANDS
+
+    code = (
+        "import sys\n"
+        "from nirbridge.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted(m for m in ('torch', 'nir', 'numpy', 'h5py') if m in sys.modules)\n"
+        "print('HEAVY', heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "HEAVY []" in done.stdout
+    context = click.Context(main)
+    for name, (_, _, short) in COMMANDS.items():
+        command = main.get_command(context, name)
+        assert command is not None and command.name == name
+        assert short == command.get_short_help_str(limit=1000), name
+        assert re.search(rf"^  {name} +\S", done.stdout, re.M), name
+    assert sorted(COMMANDS) == sorted(main.list_commands(context))
+
+
+def test_export_traces_a_model_file_through_its_simulator_s_adapter(tmp_path):
+    (tmp_path / "models.py").write_text(
+        "import torch.nn as nn\n"
+        "import snntorch as snn\n"
+        "def leaky():\n"
+        "    return nn.Sequential(nn.Linear(4, 3), snn.Leaky(beta=0.9, init_hidden=True, reset_mechanism='zero'))\n"
+        "class Conv(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(2, 3, 3)\n"
+        "        self.flat = nn.Flatten()\n"
+        "    def forward(self, x):\n"
+        "        return self.flat(self.conv(x))\n"
+    )
+    out = tmp_path / "leaky.nir"
+    done = nirbridge_cli("export", "models.py:leaky", "-o", out, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "nirbridge.adapters.snntorch.to_nir" in done.stdout and "dt 0.0001 s" in done.stdout
+    graph = nirbridge.read(out)
+    lif = next(node for node in graph.nodes.values() if isinstance(node, nir.LIF))
+    # snntorch's beta = 1 - dt / tau: tau = dt / (1 - beta) = 1e-3
+    np.testing.assert_allclose(lif.tau, np.full(3, 1e-4 / (1 - 0.9)), rtol=1e-6)
+    no_shape = nirbridge_cli("export", "models.py:Conv", "-o", tmp_path / "conv.nir", cwd=tmp_path)
+    assert no_shape.returncode == 1 and "give --input-shape" in no_shape.stderr, no_shape.stderr
+    shaped = nirbridge_cli(
+        "export", "models.py:Conv", "-o", tmp_path / "conv.nir", "--input-shape", "2,8,8", cwd=tmp_path
+    )
+    assert shaped.returncode == 0 and "nirbridge.torch_to_nir" in shaped.stdout, shaped.stderr
+    conv = nirbridge.read(tmp_path / "conv.nir")
+    assert list(conv.nodes["flat"].output_type["output"]) == [3 * 6 * 6]
+    runner = CliRunner()
+    for args, says in [
+        (["models.py", "-o", "x.nir"], "give the model as FILE.py:NAME"),
+        (["models.py:Nope", "-o", "x.nir"], "models.py has no 'Nope'; its modules: Conv"),
+        (["models.py:leaky", "-o", "models.py"], "which this command reads"),
+        (["models.py:leaky", "-o", "x.nir", "--input-shape", "2,x"], "--input-shape '2,x'"),
+    ]:
+        with runner.isolated_filesystem(temp_dir=tmp_path):
+            (Path.cwd() / "models.py").write_text((tmp_path / "models.py").read_text())
+            bad = runner.invoke(main, ["export", *args])
+            assert bad.exit_code == 1 and says in bad.output, (args, bad.output)
+            assert not (Path.cwd() / "x.nir").exists()
+
+
+def test_batch_first_input_files_run_as_their_time_first_transpose(tmp_path):
+    spikes = (np.random.default_rng(1).random((25, 3, 12)) < 0.3).astype(np.float32)  # [T, B, N]
+    with h5py.File(tmp_path / "time_first.h5", "w") as file:
+        file["input"] = spikes
+    with h5py.File(tmp_path / "batch_first.h5", "w") as file:
+        file["input"] = spikes.transpose(1, 0, 2)
+    runner = CliRunner()
+    base = ["run", str(BRAILLE), "--dt", "1e-4", "--record", "lif1.lif"]
+    time_first = runner.invoke(main, [*base, "--input", str(tmp_path / "time_first.h5")])
+    batch_first = runner.invoke(main, [*base, "--input", str(tmp_path / "batch_first.h5"), "--batch-first"])
+    assert time_first.exit_code == 0 and batch_first.exit_code == 0, batch_first.output
+    table = [line for line in time_first.stdout.splitlines() if "lif1.lif" in line]
+    assert table and table == [line for line in batch_first.stdout.splitlines() if "lif1.lif" in line]
+    assert "25 steps" in batch_first.stdout and "batch 3" in batch_first.stdout
+    cut = runner.invoke(
+        main, [*base, "--input", str(tmp_path / "batch_first.h5"), "--batch-first", "--steps", "10"]
+    )
+    assert cut.exit_code == 0 and "10 steps" in cut.stdout and "batch 3" in cut.stdout, cut.output
+    unmarked = runner.invoke(main, [*base, "--input", str(tmp_path / "batch_first.h5")])
+    assert unmarked.exit_code == 0 and "3 steps" in unmarked.stdout  # [3, 25, 12] read as 3 steps of 25
+    alone = runner.invoke(main, [*base, "--batch-first"])
+    assert alone.exit_code == 1 and "--batch-first says how --input's datasets are laid out" in alone.output
+    given = ["--input", str(tmp_path / "batch_first.h5"), "--batch-first", "--backend", "eager"]
+    verified = runner.invoke(main, ["verify", str(BRAILLE), "--dt", "1e-4", "--against", "snntorch", *given])
+    assert verified.exit_code == 0 and "over 25 steps" in verified.stdout, verified.output
+
+
+def test_verify_runs_the_file_on_the_back_end_it_is_given(tmp_path):
+    runner = CliRunner()
+    base = ["verify", str(BRAILLE), "--dt", "1e-4", "--steps", "20", "--against", str(BRAILLE)]
+    for backend in ("eager", "cpu"):
+        done = runner.invoke(main, [*base, "--backend", backend])
+        assert done.exit_code == 0 and "agree" in done.stdout, (backend, done.output)
+    bad = runner.invoke(main, [*base, "--backend", "fast"])
+    assert bad.exit_code == 2 and "'fast' is not one of" in bad.output

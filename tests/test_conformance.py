@@ -19,7 +19,16 @@ from click.testing import CliRunner
 import nirbridge
 from nirbridge.cli import main
 from nirbridge.conformance import _REGISTRY as REGISTRY
-from nirbridge.conformance import SILENT, Simulator, available, conformance, pack, peer
+from nirbridge.conformance import (
+    SILENT,
+    ConformanceError,
+    LoadFailure,
+    Simulator,
+    available,
+    conformance,
+    pack,
+    peer,
+)
 from nirbridge.conformance.conventions import SINABS_IF
 from nirbridge.data import write_data
 from tests.conftest import EXAMPLES
@@ -779,3 +788,49 @@ def test_non_finite_and_near_zero_references_are_said_so(tmp_path, monkeypatch):
         got["tiny.nir", "nirbridge"].reference_spikes == 0 and got["tiny.nir", "zeros"].reference_spikes == 0
     )
     assert "the reference is silent" in str(report)
+
+
+FAKE_PEER = """#!{python}
+# a peer's Python that speaks peer_runner's --serve protocol: counts its starts, refuses
+# every file by name, dies on a file called crash.nir and hangs on one called slow.nir
+import json, os, sys, time
+if sys.argv[2:] != ["--serve", "spyx"]:  # the version query, python -I -c ...
+    sys.exit(1)
+with open({starts!r}, "a") as file:
+    file.write("started\\n")
+for line in sys.stdin:
+    job = json.loads(line)
+    name = os.path.basename(job["graph"])
+    print("a line that is no answer")
+    if name == "crash.nir":
+        print("boom", file=sys.stderr, flush=True)
+        os._exit(9)
+    if name == "slow.nir":
+        time.sleep(60)
+    print("ValueError: refused " + name, file=sys.stderr, flush=True)
+    print(json.dumps({{"status": 3, "message": "ValueError: refused " + name, "note": None}}), flush=True)
+"""
+
+
+def test_a_peer_runs_every_file_in_one_process_and_a_crash_costs_one_file(tmp_path):
+    starts = tmp_path / "starts.txt"
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PEER.format(python=sys.executable, starts=str(starts)))
+    fake.chmod(0o755)
+    files = [separating_graph(tmp_path / f"{name}.nir", 2.0) for name in ("a", "b", "crash", "c")]
+    got = rows(conformance(files, ["spyx"], python={"spyx": str(fake)}, jobs=1))
+    assert [got[f"{name}.nir", "spyx"].error for name in ("a", "b", "c")] == [
+        f"ValueError: refused {name}.nir" for name in ("a", "b", "c")
+    ]
+    assert got["crash.nir", "spyx"].error == f"{fake} crashed (exit status 9): boom"
+    assert starts.read_text().splitlines() == ["started", "started"]  # once, and once after the crash
+    # a file that takes longer than the timeout costs that file; the next one runs
+    simulator = peer("spyx", str(fake), timeout=2)
+    inputs = {"input": np.zeros((3, 1, 3))}
+    with pytest.raises(LoadFailure, match="timed out after 2 s"):
+        simulator.run(separating_graph(tmp_path / "slow.nir", 2.0), inputs, 1e-3)
+    with pytest.raises(LoadFailure, match="refused a.nir"):
+        simulator.run(files[0], inputs, 1e-3)
+    simulator.close()
+    with pytest.raises(ConformanceError, match=r"conformance\(jobs=0\)"):
+        conformance(files, ["spyx"], python={"spyx": str(fake)}, jobs=0)

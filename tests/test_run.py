@@ -749,3 +749,36 @@ def test_numpy_integers_and_an_empty_batch_are_taken():
     summary = str(empty.summary())
     assert "nan" not in summary and "silent" not in summary, summary  # no sample: no range, no silence
     assert "no values: the run had a batch of 0 samples" in summary, summary
+
+
+def test_batch_first_runs_the_transpose_and_gives_batch_first_results():
+    """run(batch_first=True) on [B, T, ...] equals run on [T, B, ...] transposed, bit for
+    bit; output and records come back [B, T, ...], and what reads time (summary, series,
+    NIR data) is the same either way."""
+    graph = nir.read(str(EXAMPLES / "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir"))
+    gm = nirbridge.nir_to_torch(graph, dt=1e-4)
+    x = (torch.rand(30, 3, 12, generator=torch.Generator().manual_seed(2)) < 0.3).float()  # [T, B, N]
+    time_first = nirbridge.run(gm, x, record="all")
+    batch_first = nirbridge.run(gm, x.transpose(0, 1).contiguous(), record="all", batch_first=True)
+    assert batch_first.batch_first and not time_first.batch_first
+    assert batch_first.output.shape[:2] == (3, 30)
+    assert torch.equal(batch_first.output.transpose(0, 1), time_first.output)
+    assert batch_first.records.keys() == time_first.records.keys()
+    for key, value in time_first.records.items():
+        assert batch_first.records[key].shape[:2] == (3, 30), key
+        assert torch.equal(batch_first.records[key].transpose(0, 1), value), key
+    assert str(batch_first.summary()) == str(time_first.summary())
+    assert batch_first.series().keys() == time_first.series().keys()  # output named once, as before
+    back = batch_first.time_first()
+    assert not back.batch_first and torch.equal(back.output, time_first.output)
+    np.testing.assert_array_equal(
+        batch_first.to_nir_data().nodes["lif1.lif"].observables["v"].data,
+        time_first.to_nir_data().nodes["lif1.lif"].observables["v"].data,
+    )
+    # a dict of inputs too; a tensor without a time axis is refused naming the layout
+    named = nirbridge.run(gm, {"input": x.transpose(0, 1)}, batch_first=True)
+    assert torch.equal(named.output.transpose(0, 1), time_first.output)
+    with pytest.raises(nirbridge.InputError, match=r"with batch_first=True an input is \[B, T, \.\.\.\]"):
+        nirbridge.run(gm, torch.zeros(12), batch_first=True)
+    with pytest.raises(nirbridge.ParameterError, match="batch_first='yes'"):
+        nirbridge.run(gm, x, batch_first="yes")

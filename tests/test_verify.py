@@ -327,3 +327,18 @@ def test_a_nested_input_to_verify_is_named():
         nested = torch.nested.nested_tensor([x[:, 0], x[:3, 1]])
     with pytest.raises(nirbridge.InputError, match="nested tensor"):
         nirbridge.verify(gm, gm, nested)
+
+
+def test_both_graph_sides_run_on_the_back_end_named(monkeypatch):
+    """backend= reaches run: the CPU back-end's stepper is built for each side with
+    "cpu", never with "eager"; a name run does not know is refused before anything runs."""
+    import nirbridge.engine.cpu as cpu
+
+    built = []
+    real = cpu.cpu_stepper
+    monkeypatch.setattr(cpu, "cpu_stepper", lambda *args: built.append(args) or real(*args))
+    x = spikes(steps=20, batch=2)
+    assert nirbridge.verify(BRAILLE, braille(), x, backend="eager").ok and built == []
+    assert nirbridge.verify(BRAILLE, braille(), x, backend="cpu").ok and len(built) == 2
+    with pytest.raises(nirbridge.VerifyError, match=r"verify\(backend='fast'\): give one of auto, eager"):
+        nirbridge.verify(BRAILLE, braille(), x, backend="fast")

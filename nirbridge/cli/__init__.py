@@ -74,7 +74,7 @@ def _versions() -> str:
     """nirbridge's version and those of the packages it runs with (``--version``)."""
     from importlib import metadata
 
-    from . import __version__
+    from .. import __version__
 
     lines = [f"nirbridge {__version__}", f"python {sys.version.split()[0]}"]
     for package in ("torch", "nir", "norse", "snntorch", "spikingjelly", "triton", "h5py", "numpy"):

@@ -16,6 +16,7 @@ file is killed; that file's row says so, and the next file starts a fresh one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -80,9 +81,9 @@ class Worker:
         """Run one file: the runner's answer, and the lines it wrote on stderr meanwhile."""
         with self.lock:
             process = self.process if self.process is not None and self.process.poll() is None else None
-            if process is None:
+            start = os.path.getsize(self.stderr_path) if os.path.exists(self.stderr_path) else 0
+            if process is None:  # what a process prints as it starts belongs to its first job
                 process = self._start()
-            start = os.path.getsize(self.stderr_path)
             request = json.dumps({"graph": graph, "inputs": inputs, "outputs": outputs}) + "\n"
             try:
                 assert process.stdin is not None
@@ -97,7 +98,7 @@ class Worker:
             lines = tail(self.stderr_path, start)
             if not line:
                 status = process.wait()
-                self.process = None
+                self._forget()
                 told = (lines or [""])[-1][:300]
                 if status in EXITS:  # it ran the job as a runner of one file does, and said why it failed
                     return {"status": status, "message": told, "note": None}, lines
@@ -113,12 +114,21 @@ class Worker:
         if self.process is not None:
             self.process.kill()
             self.process.wait()
+            self._forget()
+
+    def _forget(self) -> None:
+        """Close the pipes of a process that has ended."""
+        if self.process is not None:
+            for pipe in (self.process.stdin, self.process.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
             self.process = None
 
     def close(self) -> None:
         """End the process (closing its stdin ends its loop; killed if it lingers)."""
         with self.lock:
-            process, self.process = self.process, None
+            process = self.process
             if process is not None:
                 try:
                     assert process.stdin is not None
@@ -127,6 +137,7 @@ class Worker:
                 except (OSError, subprocess.TimeoutExpired):
                     process.kill()
                     process.wait()
+                self._forget()
             if self.folder is not None:
                 shutil.rmtree(self.folder, ignore_errors=True)
                 self.folder = None

@@ -67,8 +67,8 @@ def test_wheel_installs_into_a_clean_virtualenv(tmp_path: Path) -> None:
     [_sdist] = dist.glob("nirbridge-*.tar.gz")
 
     names = set(zipfile.ZipFile(wheel).namelist())
-    for required in ["nirbridge/py.typed", "nirbridge/__init__.py", "nirbridge/cli.py"] + [
-        f"nirbridge/{sub}/__init__.py" for sub in ["engine", "neurons", "adapters"]
+    for required in ["nirbridge/py.typed", "nirbridge/__init__.py"] + [
+        f"nirbridge/{sub}/__init__.py" for sub in ["cli", "engine", "neurons", "adapters"]
     ]:
         assert required in names, f"{required} is missing from {wheel.name}"
     missing = sorted(source_files() - names)

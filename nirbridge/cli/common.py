@@ -274,8 +274,11 @@ def outputs_apart(
 def parse_shape(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
+    parts = [part.strip() for part in re.split(r"[,x]", text.strip())]
+    if len(parts) > 1 and parts[-1] == "":
+        parts.pop()  # "2," as Python writes a one-element tuple
     try:
-        shape = tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
+        shape = tuple(int(part) for part in parts)
     except ValueError:
         raise ParameterError(f"--input-shape {text!r}: give sizes separated by commas, e.g. 2,10") from None
     if not shape or any(n < 1 for n in shape):

@@ -244,3 +244,40 @@ def test_the_warning_comes_once_per_module_and_only_on_cuda(device, rng):
             nirbridge.run(gm, x, backend="compile")
     ours = [w for w in caught if issubclass(w.category, nirbridge.CompileWarning)]
     assert len(ours) == (1 if device == "cuda" else 0), [str(w.message) for w in ours]
+
+
+SCAN_WITH_A_REPEATED_CARRY = r"""
+import faulthandler, torch
+from torch.utils._pytree import tree_leaves
+from nirbridge.engine.compile import _scan, compile_options
+faulthandler.enable()
+
+def body(carry, x_t):
+    v, delayed = carry
+    v = v + delayed + x_t
+    return (v, v), v  # a neuron's v that is also its delayed output: one tensor twice
+
+def f(xs, c):
+    return _scan(body, (c, c.clone()), xs)
+
+compiled = torch.compile(f, fullgraph=True, dynamic=True, options=compile_options("exact"))
+xs, c = torch.rand(15, 8, 5), torch.rand(8, 5)
+with torch.no_grad():
+    expected, got = f(xs, c), compiled(xs, c)
+print("equal", all(torch.equal(a, b) for a, b in zip(tree_leaves(expected), tree_leaves(got))))
+"""
+
+
+def test_a_carry_holding_one_tensor_twice_compiles_without_crashing_the_process():
+    """torch 2.14 folded _scan's exact copy (v * 1.0) of a repeated carry leaf into the leaf
+    itself, and its C++ wrapper then freed one buffer twice: a segmentation fault that took
+    the whole process down. In a process of its own, so that a regression fails this test
+    and not the suite."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", SCAN_WITH_A_REPEATED_CARRY], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, f"exit status {done.returncode}:\n{done.stderr[-3000:]}"
+    assert done.stdout.strip().splitlines()[-1] == "equal True", done.stdout

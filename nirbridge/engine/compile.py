@@ -56,6 +56,10 @@ _OPTIONS = {
     # the per-step kernels are small: OpenMP around each costs more than it gains, and
     # much more when other processes share the cores (matrix products keep torch's threads)
     "cpp.threads": 1,
+    # torch 2.14's joint-graph pass removes `x * 1.0` (and `x + 0`, which is not exact for
+    # -0.0): _scan's copy of a repeated carry leaf then becomes the same buffer twice, which
+    # the C++ wrapper frees twice (a segmentation fault; 2.13 kept the copy)
+    "joint_graph_constant_folding": False,
 }
 # the "exact" policy: no contraction into fused multiply-adds, in C++ (CPU) and in
 # Triton (CUDA: emulate_precision_casts compiles with enable_fp_fusion=False), divisions
@@ -263,7 +267,8 @@ def _scan(body: Callable[..., Any], init: Any, xs: Any) -> Any:
     aliases another, so the carry travels as its flat leaves and outputs are copies. A
     carry holding one tensor twice (a neuron's ``v`` that is also its delayed output)
     gets the second as ``v * 1.0``, an exact copy: with two identical copies, inductor's
-    C++ wrapper (torch 2.13) returns one buffer for both and crashes.
+    C++ wrapper (torch 2.13 and 2.14) returns one buffer for both and crashes. torch 2.14
+    would fold ``v * 1.0`` into ``v``, so ``_OPTIONS`` turns that folding off.
     """
     from torch._higher_order_ops.scan import scan
     from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten

@@ -125,7 +125,7 @@ $(STAMP312): pyproject.toml Makefile
 		'$(or $(TORCH_SPEC),torch)' $(if $(TORCH_INDEX),--index-url '$(TORCH_INDEX)'))
 	$(PY312) -m pip install -q --disable-pip-version-check -e ".[dev,snntorch,spikingjelly,elasticai]"
 	$(PY312) -m pip install -q --disable-pip-version-check --no-deps norse==1.1.0 neurobench==2.3.0 spikingjelly==2.0.0
-	$(PY312) -c "import sys, torch, norse, snntorch, spikingjelly.activation_based, elasticai.creator.torch2ir; \
+	$(PY312) -W ignore::FutureWarning -c "import sys, torch, norse, snntorch, spikingjelly.activation_based, elasticai.creator.torch2ir; \
 		print(f'.venv312: Python {sys.version.split()[0]}, torch {torch.__version__}')"
 	touch $(STAMP312)
 

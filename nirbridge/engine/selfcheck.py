@@ -44,6 +44,7 @@ import torch
 
 from ..errors import CompileWarning
 from . import precision as _precision
+from .announce import if_slow
 
 __all__ = ["FAMILIES", "Verdict", "check", "dtype_name", "forget", "passed", "skipping", "verdicts"]
 
@@ -101,6 +102,13 @@ def skipping(skip: bool = True) -> Iterator[None]:
         _SKIP.reset(token)
 
 
+_COMPILING = (
+    "run(backend='triton'): compiling and self-checking the Triton kernels for this device and "
+    "dtype (once per process; Triton caches the compiled kernels for later processes, in "
+    "TRITON_CACHE_DIR or ~/.triton/cache)"
+)
+
+
 def passed(family: str, device: torch.device, dtype: torch.dtype) -> bool:
     """Whether ``family`` may run on ``device`` in ``dtype``: checked the first time it
     is asked in this process (see the module's docstring), trusted where skipped."""
@@ -110,7 +118,8 @@ def passed(family: str, device: torch.device, dtype: torch.dtype) -> bool:
     key = (family, str(device), dtype, exact)
     found = _VERDICTS.get(key)
     if found is None:
-        found = check(family, device, dtype, exact)
+        with if_slow("triton", _COMPILING):  # the first launch compiles the family's kernel
+            found = check(family, device, dtype, exact)
         if not found.ok:
             what = (
                 f"found {found.differing} of {found.compared} values other than the eager back-end's "

@@ -57,8 +57,7 @@ def selftest(
     (its back-end does not run here, or what it needs is absent; ``ok`` is then true,
     as a skip is no failure). ``on_check(check)`` is called as each check ends (the
     command prints it then)."""
-    if device == "cpu" and "nirbridge.engine.triton" not in sys.modules:
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # read as the back-end is imported
+    _interpreter_on(device)
     import nirbridge
     from nirbridge.engine import selfcheck
 
@@ -125,9 +124,18 @@ WIDTH = 26
 MARKS = {"ok": "ok  ", "failed": "FAIL", "skipped": "skip"}
 
 
+def _interpreter_on(device: str) -> None:
+    """On the CPU, Triton's kernels run through its interpreter: ``TRITON_INTERPRET=1``,
+    which triton and nirbridge's Triton back-end read as they are imported, so before
+    anything imports them."""
+    if device == "cpu" and "nirbridge.engine.triton" not in sys.modules and "triton" not in sys.modules:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 def header(device: str, versions: dict[str, Any] | None = None) -> str:
     """The text's first lines: the device (a report's name of it, or ``"cpu"``/``"cuda"``)
     and the versions (by default this process's)."""
+    _interpreter_on(device if device in ("cpu", "cuda") else "")
     if device in ("cpu", "cuda"):
         device = _device_name(torch.device(device))
     versions = _versions() if versions is None else versions
@@ -449,7 +457,6 @@ def _device_name(device: torch.device) -> str:
 def _versions() -> dict[str, str | None]:
     import nirbridge
 
-    triton = importlib.util.find_spec("triton")
     driver = None
     if torch.cuda.is_available():
         try:
@@ -465,7 +472,7 @@ def _versions() -> dict[str, str | None]:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "driver": driver,
-        "triton": importlib.import_module("triton").__version__ if triton is not None else None,
+        "triton": _distribution("triton"),  # not imported: that would fix its interpreter setting
         "nir": getattr(nir, "version", None) or _distribution("nir"),
         "triton_interpreter": os.environ.get("TRITON_INTERPRET"),
     }

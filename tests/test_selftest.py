@@ -139,3 +139,16 @@ def test_cuda_is_proved_where_torch_sees_it_and_refused_in_one_line_elsewhere():
     result = CliRunner().invoke(main, ["selftest", "--device", "cuda"])
     assert result.exit_code == 1
     assert "torch sees no CUDA device here; use --device cpu" in result.output
+
+
+def test_the_text_report_on_the_cpu_passes_in_a_shell_without_triton_s_interpreter_set():
+    """The text form prints a header first; it once imported triton before the command set
+    TRITON_INTERPRET, and every loop kernel then failed in the interpreter."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-m", "nirbridge", "selftest", "--device", "cpu", "--quick"],
+        capture_output=True, text=True, env=env, timeout=1200, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "triton_interpreter: 1" in done.stdout and "all checks passed" in done.stdout
+    assert "ok    kernel loop float32" in done.stdout

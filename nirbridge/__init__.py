@@ -14,6 +14,7 @@ Names here are imported when first used (PEP 562), so that importing the package
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -120,10 +121,12 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 
 
 def __getattr__(name: str) -> Any:
-    try:
+    if name in _LAZY:
         module, attribute = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'nirbridge' has no attribute {name!r}") from None
+    elif not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        module, attribute = f".{name}", None  # a submodule: nirbridge.io, nirbridge.errors, ...
+    else:
+        raise AttributeError(f"module 'nirbridge' has no attribute {name!r}")
     value = importlib.import_module(module, __name__)
     if attribute is not None:
         value = getattr(value, attribute)

@@ -493,19 +493,29 @@ def conformance(
     isolated = [name for name in chosen if found[name].isolated]
     results: list[Result] = []
     told = _Progress(len(paths), len(chosen), progress)
-    # each simulator of a process of its own gets every file as soon as it is read, and up
-    # to `jobs` of them compute at once; the reference and the in-process simulators run
-    # here meanwhile, a file at a time, collecting each file's rows in order
+    # the simulators of processes of their own get the next files' jobs while this one is
+    # compared (a few files ahead, so that memory stays that of a few files), and up to
+    # `jobs` of them compute at once; the reference and the in-process simulators run here
+    # meanwhile, a file at a time, collecting each file's rows in order
     pool = concurrent.futures.ThreadPoolExecutor(jobs)
-    try:
-        prepared = [_prepare(path, steps, batch, rate, seed, dt) for path in paths]
-        pending = [
-            {name: pool.submit(found[name].run, path, ready[1], ready[2]) for name in isolated}
+    prepared: dict[int, Any] = {}
+    pending: dict[int, dict[str, concurrent.futures.Future[Outputs]]] = {}
+
+    def submit(index: int) -> None:
+        if index >= len(paths) or index in prepared:
+            return
+        ready = prepared[index] = _prepare(paths[index], steps, batch, rate, seed, dt)
+        pending[index] = (
+            {name: pool.submit(found[name].run, paths[index], ready[1], ready[2]) for name in isolated}
             if not isinstance(ready, Exception)
             else {}
-            for path, ready in zip(paths, prepared)
-        ]
-        for path, ready, submitted in zip(paths, prepared, pending):
+        )
+
+    try:
+        for index, path in enumerate(paths):
+            for ahead in range(index, index + jobs + 2):
+                submit(ahead)
+            ready, submitted = prepared.pop(index), pending.pop(index)
             told.next(path)
             if isinstance(ready, MemoryLimitError):  # the command's size, not the file's fault
                 raise ready
@@ -552,6 +562,9 @@ def conformance(
                     )
                 )
     finally:
+        for futures in pending.values():
+            for future in futures.values():
+                future.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
         for name in isolated:
             found[name].close()

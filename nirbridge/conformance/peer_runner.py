@@ -356,7 +356,8 @@ def serve(simulator: str) -> int:
         job = json.loads(line)
         answer: dict[str, object] = {"status": 0, "message": "", "note": None}
         try:
-            answer["note"] = _job(simulator, job["graph"], job["inputs"], job["outputs"])
+            note = _job(simulator, job["graph"], job["inputs"], job["outputs"])
+            answer["note"] = note if note is None or len(note) <= 300 else note[:297] + "..."
         except _Failure as failure:
             answer.update(status=failure.status, message=str(failure))
         except Exception as error:  # noqa: BLE001 - this file's failure; the next file may run

@@ -21,6 +21,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -60,18 +61,25 @@ class Worker:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
+                # a group of its own, so that killing it kills what it forked too (a child
+                # that kept the answers' pipe open would keep the reader waiting)
+                start_new_session=hasattr(os, "killpg"),
             )
         answers: queue.Queue[bytes] = queue.Queue()
 
         def read() -> None:  # a thread, so that waiting for an answer can time out everywhere
-            assert process.stdout is not None
-            while line := process.stdout.readline(ANSWER):
-                whole = line.endswith(b"\n")
-                while line and not line.endswith(b"\n"):  # longer than an answer: not one
-                    line = process.stdout.readline(ANSWER)
-                if whole and line.startswith(b"{"):
-                    answers.put(line)
-            answers.put(b"")  # end of file: the process is gone
+            stdout = process.stdout
+            assert stdout is not None
+            try:
+                while line := stdout.readline(ANSWER):
+                    whole = line.endswith(b"\n")
+                    while line and not line.endswith(b"\n"):  # longer than an answer: not one
+                        line = stdout.readline(ANSWER)
+                    if whole and line.startswith(b"{"):
+                        answers.put(line)
+            finally:
+                answers.put(b"")  # end of file: the process is gone
+                stdout.close()  # here: closing it elsewhere would wait for this readline
 
         threading.Thread(target=read, daemon=True).start()
         self.process, self.answers = process, answers
@@ -80,7 +88,9 @@ class Worker:
     def job(self, graph: str, inputs: str, outputs: str) -> tuple[dict[str, Any], list[str]]:
         """Run one file: the runner's answer, and the lines it wrote on stderr meanwhile."""
         with self.lock:
-            process = self.process if self.process is not None and self.process.poll() is None else None
+            if self.process is not None and self.process.poll() is not None:
+                self._forget()  # it died between two jobs
+            process = self.process
             start = os.path.getsize(self.stderr_path) if os.path.exists(self.stderr_path) else 0
             if process is None:  # what a process prints as it starts belongs to its first job
                 process = self._start()
@@ -97,7 +107,11 @@ class Worker:
                 line = b""
             lines = tail(self.stderr_path, start)
             if not line:
-                status = process.wait()
+                try:
+                    status = process.wait(timeout=self.timeout)
+                except subprocess.TimeoutExpired:  # it closed its answers but lives on
+                    self._kill()
+                    raise WorkerFailure(f"{self.python} stopped answering") from None
                 self._forget()
                 told = (lines or [""])[-1][:300]
                 if status in EXITS:  # it ran the job as a runner of one file does, and said why it failed
@@ -111,18 +125,23 @@ class Worker:
             return answer, lines
 
     def _kill(self) -> None:
+        """Kill the process and what it forked (its process group, where there are groups)."""
         if self.process is not None:
-            self.process.kill()
+            with contextlib.suppress(OSError):
+                if hasattr(os, "killpg"):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                else:
+                    self.process.kill()
             self.process.wait()
             self._forget()
 
     def _forget(self) -> None:
-        """Close the pipes of a process that has ended."""
+        """Let go of a process that has ended: its stdin closed here, its stdout by the
+        thread that reads it (when the last writer is gone)."""
         if self.process is not None:
-            for pipe in (self.process.stdin, self.process.stdout):
-                if pipe is not None:
-                    with contextlib.suppress(OSError):
-                        pipe.close()
+            if self.process.stdin is not None:
+                with contextlib.suppress(OSError):
+                    self.process.stdin.close()
             self.process = None
 
     def close(self) -> None:
@@ -135,8 +154,7 @@ class Worker:
                     process.stdin.close()
                     process.wait(timeout=30)
                 except (OSError, subprocess.TimeoutExpired):
-                    process.kill()
-                    process.wait()
+                    self._kill()
                 self._forget()
             if self.folder is not None:
                 shutil.rmtree(self.folder, ignore_errors=True)

@@ -52,3 +52,23 @@ def test_a_slow_block_is_announced_once_and_a_quick_one_never(capsys):
             time.sleep(0.3)
     err = capsys.readouterr().err
     assert err.splitlines() == ["nirbridge: slow work"]
+
+
+def test_only_nirbridge_s_own_kernels_count_as_its_compiles():
+    import numba
+
+    from nirbridge.engine import cpu_kernels
+
+    @numba.njit
+    def users_own(x):
+        return x + 1
+
+    kernel = next(v for v in vars(cpu_kernels).values() if hasattr(v, "py_func"))
+
+    class Event:
+        def __init__(self, dispatcher):
+            self.data = {"dispatcher": dispatcher}
+
+    assert announce._NumbaCompiles.ours(Event(kernel))
+    assert not announce._NumbaCompiles.ours(Event(users_own))
+    assert not announce._NumbaCompiles.ours(Event(None))

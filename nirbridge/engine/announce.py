@@ -60,8 +60,17 @@ class _NumbaCompiles:
         self.timer: threading.Timer | None = None
         self.folder: str | None = None
 
-    def on_start(self, event: Any) -> None:
+    @staticmethod
+    def ours(event: Any) -> bool:
+        """An event of one of nirbridge's kernels (not of the user's own numba code)."""
         dispatcher = (getattr(event, "data", None) or {}).get("dispatcher")
+        module = getattr(getattr(dispatcher, "py_func", None), "__module__", None) or ""
+        return module.split(".")[0] == "nirbridge"
+
+    def on_start(self, event: Any) -> None:
+        if not self.ours(event):
+            return
+        dispatcher = event.data["dispatcher"]
         cache = getattr(dispatcher, "_cache", None)
         self.folder = getattr(cache, "cache_path", None) or self.folder
         with _LOCK:
@@ -72,6 +81,8 @@ class _NumbaCompiles:
                 self.timer.start()
 
     def on_end(self, event: Any) -> None:
+        if not self.ours(event):
+            return
         with _LOCK:
             self.running -= 1
             self.ended = time.monotonic()

@@ -1079,3 +1079,40 @@ def test_verify_runs_the_file_on_the_back_end_it_is_given(tmp_path):
         assert done.exit_code == 0 and "agree" in done.stdout, (backend, done.output)
     bad = runner.invoke(main, [*base, "--backend", "fast"])
     assert bad.exit_code == 2 and "'fast' is not one of" in bad.output
+
+
+def test_export_takes_spikingjelly_s_multi_step_models_and_counts_the_inputs(tmp_path, monkeypatch):
+    (tmp_path / "nets.py").write_text(
+        "import torch.nn as nn\n"
+        "from spikingjelly.activation_based import functional, layer, neuron\n"
+        "def multi():\n"
+        "    net = nn.Sequential(layer.Conv2d(2, 4, 3), neuron.LIFNode(), layer.Flatten(),\n"
+        "                        layer.Linear(4 * 6 * 6, 5), neuron.LIFNode())\n"
+        "    functional.set_step_mode(net, 'm')\n"
+        "    return net\n"
+        "class Two(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.a, self.b = nn.Linear(3, 2), nn.Linear(4, 2)\n"
+        "    def forward(self, x, y):\n"
+        "        return self.a(x) + self.b(y)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    multi = runner.invoke(main, ["export", "nets.py:multi", "--input-shape", "2,8,8", "-o", "multi.nir"])
+    assert multi.exit_code == 0 and "spikingjelly.to_nir" in multi.output, multi.output
+    assert list(nirbridge.read(tmp_path / "multi.nir").nodes["3"].input_type["input"]) == [4 * 6 * 6]
+    for args, says in [
+        (
+            ["--input-shape", "3"],
+            "its forward takes 2 input(s) (x, y), and --input-shape was given 1 time(s)",
+        ),
+        (["--input-shape", "100000,100000,100", "--input-shape", "4"], "needs 3.6 TiB"),
+        (["--input-shape", "3x", "--input-shape", "4"], "--input-shape '3x': give sizes"),
+    ]:
+        bad = runner.invoke(main, ["export", "nets.py:Two", *args, "-o", "two.nir"])
+        assert bad.exit_code == 1 and says in bad.output, (args, bad.output)
+    both = runner.invoke(
+        main, ["export", "nets.py:Two", "--input-shape", "3", "--input-shape", "4", "-o", "two.nir"]
+    )
+    assert both.exit_code == 0, both.output

@@ -42,3 +42,8 @@ def test_an_unknown_name_is_an_attribute_error():
         assert "no attribute 'no_such_name'" in str(error)
     else:
         raise AssertionError("nirbridge.no_such_name did not raise")
+
+
+def test_submodules_are_attributes_as_they_were():
+    assert nirbridge.errors.NirBridgeError is nirbridge.NirBridgeError
+    assert callable(nirbridge.io.read) and nirbridge.engine.__name__ == "nirbridge.engine"

@@ -179,7 +179,10 @@ def spikes_file(
             check_memory(
                 (kind.itemsize + converted) * rows * math.prod(shape[1:]),
                 f"{path}: dataset {stored!r} of shape {shape}",
-                "pass --steps to read fewer time steps, or store fewer",
+                "store fewer samples, or store the spikes time first ([T, B, ...], without "
+                "--batch-first) so that --steps reads fewer steps"
+                if batch_first
+                else "pass --steps to read fewer time steps, or store fewer",
             )
         return chosen
 
@@ -275,9 +278,11 @@ def parse_shape(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     parts = [part.strip() for part in re.split(r"[,x]", text.strip())]
-    if len(parts) > 1 and parts[-1] == "":
+    if len(parts) > 1 and parts[-1] == "" and text.rstrip().endswith(","):
         parts.pop()  # "2," as Python writes a one-element tuple
     try:
+        if not all(re.fullmatch(r"[0-9]+", part) for part in parts):
+            raise ValueError(text)
         shape = tuple(int(part) for part in parts)
     except ValueError:
         raise ParameterError(f"--input-shape {text!r}: give sizes separated by commas, e.g. 2,10") from None

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
+import math
+
 import click
 
 from ..errors import ParameterError
+from ..limits import check_memory
 from ..model_file import is_model_file, model_from_file
 from .common import echo, one_line_errors, outputs_apart, parse_shape
 
@@ -23,6 +27,22 @@ def simulator_of(model: object) -> str | None:
             "adapter's to_nir and a module_map for the other's modules"
         )
     return found[0] if found else None
+
+
+def _inputs_of(model: object) -> list[str] | None:
+    """The names of ``forward``'s arguments that become Input nodes (those without a
+    default, as the tracer takes them), or None where the signature cannot be read."""
+    try:
+        parameters = inspect.signature(model.forward).parameters.values()  # type: ignore[attr-defined]
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters):
+        return None
+    return [p.name for p in parameters if p.default is p.empty]
+
+
+def _multi_step(model: object) -> bool:
+    return any(getattr(m, "step_mode", "s") == "m" for m in model.modules())  # type: ignore[attr-defined]
 
 
 @click.command(name="export")
@@ -79,10 +99,23 @@ def export(
         raise ParameterError(f"{model}: give the model as FILE.py:NAME, e.g. model.py:Net")
     outputs_apart({"FILE": model.rpartition(":")[0], "--weights": weights}, {"--output": output})
     module = model_from_file(model, weights, option="")
-    shapes = [parse_shape(text) for text in input_shapes]
-    example = [torch.zeros((1, *shape)) for shape in shapes if shape is not None]
-    example_input = None if not example else example[0] if len(example) == 1 else tuple(example)
+    shapes = [shape for shape in map(parse_shape, input_shapes) if shape is not None]
+    inputs = _inputs_of(module)
+    if shapes and inputs is not None and len(shapes) != len(inputs):
+        raise ParameterError(
+            f"{model}: its forward takes {len(inputs)} input(s) ({', '.join(inputs)}), and --input-shape "
+            f"was given {len(shapes)} time(s); give it once per input, in that order"
+        )
+    check_memory(
+        4 * sum(math.prod(shape) for shape in shapes),
+        f"an example input of shape {' and '.join(map(str, shapes))}",
+        "give --input-shape one step's shape without the batch axis",
+    )
     simulator = simulator_of(module)
+    # spikingjelly's multi-step modules take [T, B, ...] and its to_nir reads step 0
+    time_axis = (1,) if simulator == "spikingjelly" and _multi_step(module) else ()
+    example = [torch.zeros((*time_axis, 1, *shape)) for shape in shapes]
+    example_input = None if not example else example[0] if len(example) == 1 else tuple(example)
     if simulator is None:
         graph = torch_to_nir(module, example_input=example_input, dt=dt)
     else:

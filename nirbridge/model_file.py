@@ -45,10 +45,7 @@ def as_script(path: str) -> Iterator[None]:
 def _script_failed(spec: str, path: str, doing: str, error: BaseException) -> str:
     """What to say when ``path`` raised ``error`` (SystemExit included) while loaded."""
     if isinstance(error, GeneratorExit):
-        return (
-            f"{spec}: {doing} raised GeneratorExit, which ends a generator, not a script; "
-            "it gave no model"
-        )
+        return f"{spec}: {doing} raised GeneratorExit, which ends a generator, not a script; it gave no model"
     if isinstance(error, SystemExit):
         code = error.code
         status = (
@@ -90,9 +87,7 @@ def model_from_file(spec: str, weights: str | None, option: str = "--against") -
         found = sorted(
             k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.nn.Module)
         )
-        raise ParameterError(
-            f"{spec}: {path} has no {name!r}; its modules: {', '.join(found) or 'none'}"
-        )
+        raise ParameterError(f"{spec}: {path} has no {name!r}; its modules: {', '.join(found) or 'none'}")
     value = getattr(module, name)
     if not isinstance(value, torch.nn.Module):
         with _running(spec, path, f"calling {name}()", lambda error: (

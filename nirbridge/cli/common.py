@@ -289,3 +289,38 @@ def parse_shape(text: str | None) -> tuple[int, ...] | None:
     if not shape or any(n < 1 for n in shape):
         raise ParameterError(f"--input-shape {text!r}: give positive sizes separated by commas, e.g. 2,10")
     return shape
+
+
+BACKEND_NAMES = ("auto", "eager", "compile", "triton", "cpu")
+"""``--backend``'s choices: :func:`nirbridge.run`'s back-ends."""
+
+
+def backend_option(help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--backend NAME``, as run and verify take it."""
+    return click.option(
+        "--backend", type=click.Choice(BACKEND_NAMES), default="auto", show_default=True, help=help
+    )
+
+
+def input_options(help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--input FILE.h5`` and ``--batch-first`` (how its datasets are laid out), as run
+    and verify take them; :func:`spikes_file` reads the file."""
+
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        fn = click.option(
+            "--batch-first",
+            is_flag=True,
+            help="--input's datasets are [B, T, ...] (batch first, as NIR's data are stored), "
+            "not [T, B, ...].",
+        )(fn)
+        return click.option("--input", "input_file", type=click.Path(path_type=str), default=None, help=help)(
+            fn
+        )
+
+    return decorate
+
+
+def check_layout(batch_first: bool, input_file: str | None) -> None:
+    """``--batch-first`` describes ``--input``: alone, it is a mistake."""
+    if batch_first and input_file is None:
+        raise ParameterError("--batch-first says how --input's datasets are laid out: give --input FILE.h5")

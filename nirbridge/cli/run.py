@@ -13,8 +13,11 @@ import click
 
 from ..errors import ParameterError
 from .common import (
+    backend_option,
+    check_layout,
     declared_inputs,
     echo,
+    input_options,
     input_shapes,
     one_line_errors,
     outputs_apart,
@@ -55,13 +58,7 @@ def _save_figure(figure: Any, path: str) -> None:
     "--rate", type=float, default=0.1, show_default=True, help="Spike probability per input per step."
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random input.")
-@click.option(
-    "--input",
-    "input_file",
-    type=click.Path(path_type=str),
-    default=None,
-    help="HDF5 file of input spikes: a dataset per Input node, [T, B, ...] or [T, ...].",
-)
+@input_options("HDF5 file of input spikes: a dataset per Input node, [T, B, ...] or [T, ...].")
 @click.option(
     "--record",
     "records",
@@ -74,13 +71,7 @@ def _save_figure(figure: Any, path: str) -> None:
 @click.option(
     "--plot", type=click.Path(path_type=str), default=None, help="Draw rasters and traces (.png/.svg/.pdf)."
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "eager", "compile", "triton", "cpu"]),
-    default="auto",
-    show_default=True,
-    help="How run computes: compile is torch.compile (slow to start, fast to run).",
-)
+@backend_option("How run computes: compile is torch.compile (slow to start, fast to run).")
 @click.option("--compile", "compiled", is_flag=True, help="The same as --backend compile.")
 @click.option(
     "--precision",
@@ -112,11 +103,6 @@ def _save_figure(figure: Any, path: str) -> None:
     type=click.Path(path_type=str),
     default=None,
     help="Write the metrics as JSON, under NeuroBench's keys ('-': print only the JSON).",
-)
-@click.option(
-    "--batch-first",
-    is_flag=True,
-    help="--input's datasets are [B, T, ...] (batch first, as NIR's data are stored), not [T, B, ...].",
 )
 @one_line_errors("run")
 def run_command(
@@ -166,8 +152,7 @@ def run_command(
         _picture_format(plot)  # before the run, not after it
     if steps is not None and steps < 1:
         raise ParameterError(f"--steps {steps}: run at least one step")
-    if batch_first and input_file is None:
-        raise ParameterError("--batch-first says how --input's datasets are laid out: give --input FILE.h5")
+    check_layout(batch_first, input_file)
     where = torch_device(device)
     counting = show_metrics or json_out is not None
     if json_out == "-" and (out is not None or plot is not None or show_metrics):

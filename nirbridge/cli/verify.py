@@ -14,8 +14,11 @@ import click
 from ..errors import NirBridgeError, ParameterError
 from ..model_file import is_model_file, model_from_file
 from .common import (
+    backend_option,
+    check_layout,
     declared_inputs,
     echo,
+    input_options,
     input_shapes,
     one_line_errors,
     outputs_apart,
@@ -46,13 +49,7 @@ from .common import (
 @click.option("--rate", type=float, default=0.2, show_default=True, help="Input spike probability per step.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random input.")
 @click.option("--dt", type=float, default=None, help="Time step in seconds (default: the file's, else 1e-4).")
-@click.option(
-    "--input",
-    "input_file",
-    type=click.Path(path_type=str),
-    default=None,
-    help="HDF5 file of input spikes, as run --input takes it (instead of random spikes).",
-)
+@input_options("HDF5 file of input spikes, as run --input takes it (instead of random spikes).")
 @click.option(
     "--json",
     "json_out",
@@ -72,18 +69,7 @@ from .common import (
     is_flag=True,
     help="Accept spike comparisons in which neither side spikes (by default they fail: they prove nothing).",
 )
-@click.option(
-    "--batch-first",
-    is_flag=True,
-    help="--input's datasets are [B, T, ...] (batch first, as NIR's data are stored), not [T, B, ...].",
-)
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "eager", "compile", "triton", "cpu"]),
-    default="auto",
-    show_default=True,
-    help="How nirbridge runs FILE (and each .nir --against): as run's --backend.",
-)
+@backend_option("How nirbridge runs FILE (and each .nir --against): as run's --backend.")
 @one_line_errors("verify")
 def verify_command(
     file: str,
@@ -128,8 +114,7 @@ def verify_command(
         {"FILE": file, "--input": input_file, "--weights": weights},
         {"--json": None if json_out == "-" else json_out},
     )
-    if batch_first and input_file is None:
-        raise ParameterError("--batch-first says how --input's datasets are laid out: give --input FILE.h5")
+    check_layout(batch_first, input_file)
     graph = read_graph(file)
     if input_file is None:
         inputs = random_spikes(input_shapes(graph, file), steps, batch, rate, seed)

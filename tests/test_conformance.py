@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tracemalloc
@@ -834,3 +835,26 @@ def test_a_peer_runs_every_file_in_one_process_and_a_crash_costs_one_file(tmp_pa
     simulator.close()
     with pytest.raises(ConformanceError, match=r"conformance\(jobs=0\)"):
         conformance(files, ["spyx"], python={"spyx": str(fake)}, jobs=0)
+
+
+def test_a_simulator_that_cannot_be_imported_is_left_out_of_a_default_run_with_a_line(tmp_path):
+    """norse installed without nirtorch (its import then fails inside nirbridge's adapter):
+    the default run measures the others and says in one line what it left out; asking for
+    norse by name says why it cannot run."""
+    path = separating_graph(tmp_path / "g.nir", 2.0)
+    code = (
+        "import sys; sys.modules['nirtorch'] = None\n"
+        "from nirbridge.conformance import ConformanceError, conformance\n"
+        "from nirbridge.cli import main\n"
+        "try:\n"
+        f"    conformance([{path!r}], ['norse'], steps=10)\n"
+        "except ConformanceError as error:\n"
+        "    print('REFUSED', error)\n"
+        f"main(['conformance', {path!r}, '--steps', '10'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "REFUSED norse cannot be imported here: nirbridge.adapters.norse needs" in done.stdout
+    (said,) = [line for line in done.stderr.splitlines() if "left out" in line]
+    assert said.startswith("conformance: norse left out:") and "nirtorch" in said
+    assert "snntorch" in done.stdout and not re.search(r"^\s*(nirbridge\+)?norse\s", done.stdout, re.M)

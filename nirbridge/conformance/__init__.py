@@ -241,10 +241,13 @@ def peer(name: str, python: str, timeout: float = PEER_TIMEOUT) -> Simulator:
     return Simulator(name, name, run, version, python, isolated=True, close=worker.close)
 
 
-def available(python: Mapping[str, str] | None = None) -> dict[str, Simulator]:
+def available(
+    python: Mapping[str, str] | None = None, left_out: dict[str, str] | None = None
+) -> dict[str, Simulator]:
     """Every simulator available here, by name: those whose package imports beside
     nirbridge, and the peers (:data:`PEERS`) whose interpreter ``python`` names or
-    ``.venv-peers/NAME`` holds."""
+    ``.venv-peers/NAME`` holds. A simulator that is installed but cannot be imported is
+    left out, and ``left_out`` (when given) gets its name and why."""
     found: dict[str, Simulator] = {}
     for name in PEERS:
         interpreter = _peer_python(name, python)
@@ -256,7 +259,9 @@ def available(python: Mapping[str, str] | None = None) -> dict[str, Simulator]:
         if name not in _REGISTRY:
             try:
                 importlib.import_module(f"nirbridge.adapters.{adapter}")
-            except ImportError:  # installed, but not importable beside nirbridge: not available
+            except (ImportError, NirBridgeError) as error:  # installed, but it does not import
+                if left_out is not None:
+                    left_out[name] = " ".join(str(error).split())
                 continue
         if name in _REGISTRY:
             found[name] = _REGISTRY[name]
@@ -470,14 +475,23 @@ def conformance(
         raise ConformanceError(f"conformance(seed={seed!r}): give a seed from 0 to 2**63 - 1")
     if dt is not None and not (isinstance(dt, (int, float)) and 0 < dt < math.inf):  # NaN fails too
         raise ConformanceError(f"conformance(dt={dt!r}): a time step in seconds, above 0 and finite")
-    found = available(python)
+    missing: dict[str, str] = {}
+    found = available(python, missing)
     chosen = list(found) if simulators is None else list(simulators)
+    if simulators is None and progress:
+        for name, why in missing.items():  # a default run measures what there is
+            print(f"conformance: {name} left out: {why}", file=sys.stderr, flush=True)
     if simulators is not None and not chosen:
         raise ConformanceError(f"conformance(simulators=[]): name one or more of {sorted(found)}")
     twice = sorted({name for name in chosen if chosen.count(name) > 1})
     if twice:
         raise ConformanceError(f"simulator(s) {twice} named twice; name each once")
     unknown = [name for name in chosen if name not in found]
+    unimportable = [
+        f"{name} cannot be imported here: {why}" for name, why in missing.items() if name in chosen
+    ]
+    if unimportable:
+        raise ConformanceError("; ".join(unimportable))
     if unknown:
         raise ConformanceError(
             f"simulator(s) {unknown} are not available here (available: {sorted(found)}); install the "

@@ -31,14 +31,15 @@ def simulator_of(model: object) -> str | None:
 
 def _inputs_of(model: object) -> list[str] | None:
     """The names of ``forward``'s arguments that become Input nodes (those without a
-    default, as the tracer takes them), or None where the signature cannot be read."""
+    default but ``state``, as the tracer takes them), or None where the signature cannot
+    be read."""
     try:
         parameters = inspect.signature(model.forward).parameters.values()  # type: ignore[attr-defined]
     except (TypeError, ValueError, AttributeError):
         return None
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters):
         return None
-    return [p.name for p in parameters if p.default is p.empty]
+    return [p.name for p in parameters if p.default is p.empty and p.name != "state"]  # traced as None
 
 
 def _multi_step(model: object) -> bool:

@@ -31,8 +31,9 @@
 # PATH, else in pyenv's versions (PYTHON312=/path/to/python names one). It holds the newest
 # torch pip's index serves, nirbridge, 0.68 and everything else the tests use, and runs the
 # whole suite a second time there (tests/test_elasticai_068.py instead of 0.66's
-# tests/test_elasticai.py), so that what users of current torch meet is tested. Its torch comes from pip's
-# index (TORCH_SPEC/TORCH_INDEX apply too): on Linux x86_64 the CUDA build, about 4.7 GB and
+# tests/test_elasticai.py), so that what users of current torch meet is tested (about 16
+# minutes here). Its torch comes from pip's index (TORCH_SPEC/TORCH_INDEX apply too): on
+# Linux x86_64 the CUDA build, about 4.7 GB and
 # 1.5 minutes on this project's CI machines; once made, it is reused until pyproject.toml
 # or this Makefile changes.
 # The tests also need two programs: Chromium, for the headless check of the built docs,

@@ -324,3 +324,16 @@ def check_layout(batch_first: bool, input_file: str | None) -> None:
     """``--batch-first`` describes ``--input``: alone, it is a mistake."""
     if batch_first and input_file is None:
         raise ParameterError("--batch-first says how --input's datasets are laid out: give --input FILE.h5")
+
+
+def compression_option(help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--compression none|gzip|lzf`` for a written .nir file, given to the command as
+    :func:`nirbridge.write` takes it (``None`` for none)."""
+    return click.option(
+        "--compression",
+        type=click.Choice(["none", "gzip", "lzf"]),
+        default="none",
+        show_default=True,
+        callback=lambda _context, _parameter, value: None if value == "none" else value,
+        help=help,
+    )

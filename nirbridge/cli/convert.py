@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import NirFileError, ParameterError
 from ..io import load
 from .common import (
+    compression_option,
     echo,
     one_line_errors,
     outputs_apart,
@@ -105,13 +106,7 @@ def _write_ir_json(path: str, ir: Any, state_dict: dict[str, Any], ir_version: s
 @click.command(name="convert")
 @click.argument("source", type=click.Path(path_type=str))
 @click.argument("target", type=click.Path(path_type=str))
-@click.option(
-    "--compression",
-    type=click.Choice(["none", "gzip", "lzf"]),
-    default="none",
-    show_default=True,
-    help="How a written .nir file stores its arrays.",
-)
+@compression_option("How a written .nir file stores its arrays.")
 @click.option(
     "--input-shape", default=None, help="For .json → .nir: the input's shape without batch, e.g. 2,10."
 )
@@ -124,7 +119,9 @@ def _write_ir_json(path: str, ir: Any, state_dict: dict[str, Any], ir_version: s
     "dicts; 0.68: IrSerializer's root and registry). .json → .nir reads either.",
 )
 @one_line_errors("convert")
-def convert(source: str, target: str, compression: str, input_shape: str | None, ir_version: str) -> None:
+def convert(
+    source: str, target: str, compression: str | None, input_shape: str | None, ir_version: str
+) -> None:
     """Convert SOURCE to TARGET, by their suffixes.
 
     \b
@@ -143,7 +140,6 @@ def convert(source: str, target: str, compression: str, input_shape: str | None,
 
     outputs_apart({"SOURCE": source}, {"TARGET": target})
     kinds = (Path(source).suffix.lower(), Path(target).suffix.lower())
-    level = None if compression == "none" else compression
     if kinds == (".nir", ".json"):
         ir, state_dict = elasticai.from_nir(source, ir_version=ir_version, as_dicts=True)
         _write_ir_json(target, ir, state_dict, ir_version)
@@ -152,12 +148,12 @@ def convert(source: str, target: str, compression: str, input_shape: str | None,
     elif kinds == (".json", ".nir"):
         ir, state_dict = _read_ir_json(source)
         graph = elasticai.to_nir(ir, state_dict, input_shape=parse_shape(input_shape))
-        write(target, graph, compression=level)
+        write(target, graph, compression=compression)
         what = f"NIR graph with {len(graph.nodes)} nodes"
     elif kinds == (".nir", ".nir"):
         graph = load(source).node
-        write(target, graph, compression=level)
-        what = "NIR file" + (f", {compression}-compressed" if level else ", uncompressed")
+        write(target, graph, compression=compression)
+        what = "NIR file" + (f", {compression}-compressed" if compression else ", uncompressed")
     else:
         raise ParameterError(
             f"cannot convert {kinds[0] or 'no suffix'} to {kinds[1] or 'no suffix'}: convert takes "

@@ -10,7 +10,7 @@ import click
 from ..errors import ParameterError
 from ..limits import check_memory
 from ..model_file import is_model_file, model_from_file
-from .common import echo, one_line_errors, outputs_apart, parse_shape
+from .common import compression_option, echo, one_line_errors, outputs_apart, parse_shape
 
 #: top-level package of a module type -> the adapter that exports it
 SIMULATORS = ("norse", "snntorch", "spikingjelly")
@@ -60,13 +60,7 @@ def _multi_step(model: object) -> bool:
     "--weights", type=click.Path(path_type=str), help="A state dict (torch.save) to load into NAME."
 )
 @click.option("--dt", type=float, default=None, help="Time step in seconds to record (default: the model's).")
-@click.option(
-    "--compression",
-    type=click.Choice(["none", "gzip", "lzf"]),
-    default="none",
-    show_default=True,
-    help="HDF5 compression of the parameters.",
-)
+@compression_option("HDF5 compression of the parameters.")
 @one_line_errors("export")
 def export(
     model: str,
@@ -74,7 +68,7 @@ def export(
     input_shapes: tuple[str, ...],
     weights: str | None,
     dt: float | None,
-    compression: str,
+    compression: str | None,
 ) -> None:
     """Trace the torch model NAME in FILE.py into a .nir file.
 
@@ -122,7 +116,7 @@ def export(
     else:
         adapter = importlib.import_module(f"nirbridge.adapters.{simulator}")
         graph = adapter.to_nir(module, example_input, dt=dt)
-    write(output, graph, compression=None if compression == "none" else compression)
+    write(output, graph, compression=compression)
     edges = len(graph.edges)
     echo(
         f"wrote {output}: {len(graph.nodes)} nodes, {edges} edges, dt {graph.metadata.get('dt')} s "

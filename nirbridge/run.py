@@ -382,43 +382,12 @@ def run(
         raise ParameterError(f"run(batch_first={batch_first!r}): give True or False")
     if batch_first:
         inputs = _time_first_inputs(inputs)
-    result = _run(
-        module,
-        inputs,
-        state,
-        record,
-        dt,
-        chunk,
-        backend,
-        precision,
-        compile,
-        progress,
-        bool_spikes,
-        selfcheck,
-    )
-    return _swap_time_batch(result, batch_first=True) if batch_first else result
-
-
-def _run(
-    module: Any,
-    inputs: Any,
-    state: Any,
-    record: str | Iterable[str],
-    dt: float | None,
-    chunk: int | None,
-    backend: Backend,
-    precision: _precision.Precision,
-    compile: bool,
-    progress: bool | None,
-    bool_spikes: bool,
-    selfcheck: bool,
-) -> Run:
-    """:func:`run` on time-first inputs."""
     if _native(module):
         _check_flags(selfcheck=selfcheck)  # native models run as their own code: no kernel to check
-        return _run_native(
+        result = _run_native(
             module, inputs, state, record, dt, backend, precision, compile, progress, bool_spikes
         )
+        return _swap_time_batch(result, batch_first=True) if batch_first else result
     module, built_dt = _module(module, dt)
     level = level_of(module) if is_built(module) else None
     names = level.inputs if level is not None else ["input"]
@@ -520,7 +489,7 @@ def _run(
         result.selfcheck = tuple(v for v in _selfcheck.verdicts() if (v.device, v.dtype) == here)
     _warn_silent(result, module, steps)
     _warn_nonfinite(result, sequences, passed)
-    return result
+    return _swap_time_batch(result, batch_first=True) if batch_first else result
 
 
 def _assemble(

@@ -782,3 +782,15 @@ def test_batch_first_runs_the_transpose_and_gives_batch_first_results():
         nirbridge.run(gm, torch.zeros(12), batch_first=True)
     with pytest.raises(nirbridge.ParameterError, match="batch_first='yes'"):
         nirbridge.run(gm, x, batch_first="yes")
+
+
+def test_run_s_warnings_point_at_the_caller_s_line_with_either_layout():
+    gm = nirbridge.nir_to_torch(str(EXAMPLES / "NIR__paper__03_rnn__braille_noDelay_bias_zero.nir"), dt=1e-4)
+    for batch_first in (False, True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            nirbridge.run(gm, torch.zeros(1, 1, 12), batch_first=batch_first)
+        silent = [w for w in caught if issubclass(w.category, nirbridge.SilentNetworkWarning)]
+        assert silent and all(w.filename == __file__ for w in silent), [
+            (w.filename, w.lineno) for w in silent
+        ]

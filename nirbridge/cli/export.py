@@ -12,15 +12,14 @@ from ..limits import check_memory
 from ..model_file import is_model_file, model_from_file
 from .common import compression_option, echo, one_line_errors, outputs_apart, parse_shape
 
-#: top-level package of a module type -> the adapter that exports it
-SIMULATORS = ("norse", "snntorch", "spikingjelly")
-
 
 def simulator_of(model: object) -> str | None:
-    """The simulator whose modules ``model`` holds (None: plain torch); a model that
-    mixes two simulators' modules has no one exporter, and is refused."""
-    packages = {type(m).__module__.split(".")[0] for m in model.modules()}  # type: ignore[attr-defined]
-    found = sorted(packages & set(SIMULATORS))
+    """The simulator whose modules ``model`` holds (None: plain torch or nirbridge's own
+    modules), as run and verify find it (:func:`nirbridge.native.simulators_of`); a model
+    that mixes two simulators' modules has no one exporter, and is refused."""
+    from ..native import simulators_of
+
+    found = sorted(sim.name for sim in simulators_of(model) if sim.name != "nirbridge")  # type: ignore[arg-type]
     if len(found) > 1:
         raise ParameterError(
             f"the model holds modules of {' and '.join(found)}; export it from Python with one "
